@@ -1,0 +1,222 @@
+/* driver.c -- see driver.h for the contract. */
+#define _GNU_SOURCE
+#include "driver.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* Never fewer slots than this, so a collection always makes progress even
+ * when growing the array fails. */
+#define BATCH_MIN 256
+/* Above this many timers a collection stops at the next tick boundary: the
+ * rest come in the next batch, so one batch never pins an unbounded array. */
+#define BATCH_SOFT_MAX ((size_t)1 << 16)
+
+int64_t pw_clock_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int init_sync(pw_driver *d) {
+  pthread_condattr_t ca;
+  int r = pthread_mutex_init(&d->mu, NULL);
+  if (r)
+    return -r;
+  if ((r = pthread_condattr_init(&ca)))
+    goto fail_mu;
+  if ((r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)))
+    goto fail_ca;
+  if ((r = pthread_cond_init(&d->wake, &ca)))
+    goto fail_ca;
+  if ((r = pthread_cond_init(&d->exit_cv, &ca)))
+    goto fail_wake;
+  pthread_condattr_destroy(&ca);
+  return 0;
+fail_wake:
+  pthread_cond_destroy(&d->wake);
+fail_ca:
+  pthread_condattr_destroy(&ca);
+fail_mu:
+  pthread_mutex_destroy(&d->mu);
+  return -r;
+}
+
+int pw_driver_init(pw_driver *d, int64_t tick_ns, int64_t now_ns, const pw_driver_hooks *hooks) {
+  if (tick_ns < 1)
+    return -EINVAL;
+  d->batch = malloc(BATCH_MIN * sizeof *d->batch);
+  if (!d->batch)
+    return -ENOMEM;
+  int r = init_sync(d);
+  if (r) {
+    free(d->batch);
+    d->batch = NULL;
+    return r;
+  }
+  pw_wheel_init(&d->wheel, pw_tick_floor(now_ns, tick_ns));
+  d->tick_ns = tick_ns;
+  d->sleep_until = 0;
+  d->started = d->stop = d->exited = false;
+  d->batch_n = d->batch_pos = 0;
+  d->batch_cap = BATCH_MIN;
+  d->wakeups = d->batches = d->max_batch = 0;
+  d->hooks = *hooks;
+  return 0;
+}
+
+void pw_driver_fini(pw_driver *d) {
+  pthread_cond_destroy(&d->exit_cv);
+  pthread_cond_destroy(&d->wake);
+  pthread_mutex_destroy(&d->mu);
+  free(d->batch);
+  d->batch = NULL;
+}
+
+void pw_driver_add_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline) {
+  pw_wheel_add(&d->wheel, t, deadline);
+  /* sleep_until is 0 while the thread is awake: it looks at the wheel again
+   * before it sleeps, so only a sleeping thread needs the signal, and only
+   * once for each earlier target. */
+  if (deadline < d->sleep_until) {
+    d->sleep_until = deadline;
+    pthread_cond_signal(&d->wake);
+  }
+}
+
+size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
+  pw_wheel *w = &d->wheel;
+  pw_wheel_advance(w, now);
+  size_t n = 0;
+  pw_tick_t last = 0;
+  while (pw_wheel_next(w) <= w->now) {
+    pw_tick_t next = pw_wheel_next(w);
+    if (n >= BATCH_SOFT_MAX && next != last)
+      break;
+    if (n == d->batch_cap) {
+      pw_timer **grown = realloc(d->batch, 2 * d->batch_cap * sizeof *grown);
+      if (!grown)
+        break; /* the rest stays expired in the wheel for the next batch */
+      d->batch = grown;
+      d->batch_cap *= 2;
+    }
+    pw_timer *t = pw_wheel_pop(w);
+    last = t->deadline;
+    d->batch[n++] = t;
+  }
+  d->batch_n = n;
+  d->batch_pos = 0;
+  if (n) {
+    d->batches++;
+    if (n > d->max_batch)
+      d->max_batch = n;
+  }
+  return n;
+}
+
+/* Absolute CLOCK_MONOTONIC time of a tick, or false if it does not fit. */
+static bool tick_time(pw_tick_t tick, int64_t tick_ns, struct timespec *ts) {
+  if (tick > (pw_tick_t)(INT64_MAX / tick_ns))
+    return false;
+  int64_t ns = (int64_t)tick * tick_ns;
+  ts->tv_sec = ns / 1000000000;
+  ts->tv_nsec = ns % 1000000000;
+  return true;
+}
+
+static void *thread_main(void *arg) {
+  pw_driver *d = arg;
+  if (d->hooks.start)
+    d->hooks.start(d, d->hooks.arg);
+  pthread_mutex_lock(&d->mu);
+  while (!d->stop) {
+    pw_tick_t now = pw_tick_floor(pw_clock_ns(), d->tick_ns);
+    pw_wheel_advance(&d->wheel, now);
+    pw_tick_t next = pw_wheel_next(&d->wheel);
+    if (next <= now) {
+      pw_driver_collect_locked(d, now);
+      pthread_mutex_unlock(&d->mu);
+      d->hooks.run(d, d->hooks.arg);
+      pthread_mutex_lock(&d->mu);
+      continue;
+    }
+    struct timespec until;
+    d->sleep_until = next;
+    if (next != PW_TICK_MAX && tick_time(next, d->tick_ns, &until))
+      pthread_cond_timedwait(&d->wake, &d->mu, &until);
+    else
+      pthread_cond_wait(&d->wake, &d->mu);
+    d->sleep_until = 0;
+    d->wakeups++;
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (d->hooks.stop)
+    d->hooks.stop(d, d->hooks.arg);
+  pthread_mutex_lock(&d->mu);
+  d->exited = true;
+  pthread_cond_broadcast(&d->exit_cv);
+  pthread_mutex_unlock(&d->mu);
+  if (d->hooks.exit)
+    d->hooks.exit(d, d->hooks.arg);
+  return NULL;
+}
+
+int pw_driver_start(pw_driver *d) {
+  pthread_attr_t attr;
+  sigset_t all, old;
+  pthread_t th;
+  int r = pthread_attr_init(&attr);
+  if (r)
+    return -r;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  /* The thread inherits this mask: signals go to the threads that expect
+   * them (Python handles them in the main thread only). */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  d->started = true;
+  r = pthread_create(&th, &attr, thread_main, d);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (r) {
+    d->started = false;
+    return -r;
+  }
+  return 0;
+}
+
+void pw_driver_stop(pw_driver *d) {
+  pthread_mutex_lock(&d->mu);
+  d->stop = true;
+  pthread_cond_signal(&d->wake);
+  pthread_mutex_unlock(&d->mu);
+}
+
+int pw_driver_wait_exited(pw_driver *d, int64_t timeout_ns) {
+  struct timespec until;
+  bool limited = timeout_ns >= 0;
+  if (limited) {
+    int64_t end = pw_clock_ns();
+    end = timeout_ns > INT64_MAX - end ? INT64_MAX : end + timeout_ns;
+    until.tv_sec = end / 1000000000;
+    until.tv_nsec = end % 1000000000;
+  }
+  int r = 0;
+  pthread_mutex_lock(&d->mu);
+  while (!d->exited && d->started && r != ETIMEDOUT)
+    r = limited ? pthread_cond_timedwait(&d->exit_cv, &d->mu, &until)
+                : pthread_cond_wait(&d->exit_cv, &d->mu);
+  bool done = d->exited || !d->started;
+  pthread_mutex_unlock(&d->mu);
+  return done ? 0 : -ETIMEDOUT;
+}
+
+void pw_driver_after_fork_child(pw_driver *d) {
+  /* The parent's objects may have been copied mid-use (the caller should
+   * have held mu across fork); the child starts from fresh ones. */
+  init_sync(d);
+  d->stop = true;
+  d->exited = true;
+  d->sleep_until = 0;
+}

@@ -1,0 +1,98 @@
+/*
+ * driver.h -- one native thread that sleeps until a wheel's next deadline.
+ *
+ * The thread sleeps on a condition variable bound to CLOCK_MONOTONIC until
+ * the earliest deadline, or indefinitely when nothing is pending: an idle
+ * driver makes no wake-ups at all.  Only a newly scheduled earliest deadline,
+ * or a stop, signals it.  On waking it pops every due timer into a batch,
+ * drops its mutex and hands the batch to a hook.  It knows nothing of Python.
+ *
+ * The same struct serves a wheel without a thread (manual time): the owner
+ * then calls pw_driver_collect_locked() itself.
+ *
+ * Locking: `mu` guards the wheel, the batch array while it is being filled,
+ * and every field below but the hooks.  Hooks are called without `mu`.
+ */
+#ifndef PW_DRIVER_H
+#define PW_DRIVER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wheel.h"
+
+typedef struct pw_driver pw_driver;
+
+typedef struct pw_driver_hooks {
+  void (*start)(pw_driver *d, void *arg); /* first thing on the new thread */
+  void (*run)(pw_driver *d, void *arg);   /* a batch is ready in d->batch */
+  void (*stop)(pw_driver *d, void *arg);  /* the loop ended; still on the thread */
+  void (*exit)(pw_driver *d, void *arg);  /* last call: d may be freed by it */
+  void *arg;
+} pw_driver_hooks;
+
+struct pw_driver {
+  pthread_mutex_t mu;
+  pthread_cond_t wake;    /* thread waits here: new earliest deadline or stop */
+  pthread_cond_t exit_cv; /* closers wait here for `exited` */
+  pw_wheel wheel;
+  int64_t tick_ns;
+  pw_tick_t sleep_until; /* tick the thread sleeps toward, 0 while it is awake */
+  bool started, stop, exited;
+  /* Due timers popped by the last collection, in (tick, seq) order.  The
+   * owner consumes batch[batch_pos..batch_n); the array is rewritten only by
+   * the next collection. */
+  pw_timer **batch;
+  size_t batch_n, batch_pos, batch_cap;
+  uint64_t wakeups, batches, max_batch;
+  pw_driver_hooks hooks;
+};
+
+int pw_driver_init(pw_driver *d, int64_t tick_ns, int64_t now_ns, const pw_driver_hooks *hooks);
+/* Sets up the mutex, condition variables and an empty wheel at now_ns.
+ * Returns 0, -EINVAL for tick_ns < 1, or -ENOMEM / another -errno. */
+
+int pw_driver_start(pw_driver *d);
+/* Starts the detached thread with every signal blocked.  0 or -errno. */
+
+void pw_driver_fini(pw_driver *d);
+/* Frees what init set up.  The thread must have exited or never started. */
+
+static inline void pw_driver_lock(pw_driver *d) { pthread_mutex_lock(&d->mu); }
+static inline void pw_driver_unlock(pw_driver *d) { pthread_mutex_unlock(&d->mu); }
+
+void pw_driver_add_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline);
+/* Schedules t; signals the thread only if t is earlier than what it sleeps
+ * toward.  Caller holds mu. */
+
+size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now);
+/* Advances the wheel to `now` and pops every due timer into d->batch (for a
+ * very large set, a prefix ending at a tick boundary).  Returns the count.
+ * Caller holds mu. */
+
+void pw_driver_stop(pw_driver *d);
+/* Asks the thread to leave its loop after the batch it is running. */
+
+int pw_driver_wait_exited(pw_driver *d, int64_t timeout_ns);
+/* Waits until the thread has exited, at most timeout_ns (< 0: no limit).
+ * 0, or -ETIMEDOUT.  Never call it on the driver's own thread. */
+
+void pw_driver_after_fork_child(pw_driver *d);
+/* In a forked child: fresh synchronisation objects; the thread, which does
+ * not exist here, counts as stopped and exited. */
+
+int64_t pw_clock_ns(void);
+/* CLOCK_MONOTONIC in nanoseconds: time.monotonic_ns()'s clock. */
+
+static inline pw_tick_t pw_tick_floor(int64_t ns, int64_t tick_ns) {
+  return ns <= 0 ? 0 : (pw_tick_t)(ns / tick_ns);
+}
+/* The tick that is current at ns. */
+
+static inline pw_tick_t pw_tick_ceil(int64_t ns, int64_t tick_ns) {
+  return ns <= 0 ? 0 : (pw_tick_t)(ns / tick_ns) + (ns % tick_ns != 0);
+}
+/* The first tick boundary at or after ns: a deadline's tick. */
+
+#endif /* PW_DRIVER_H */

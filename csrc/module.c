@@ -1,0 +1,1547 @@
+/*
+ * module.c -- pywheel._core: TimerHandle, Wheel and ManualWheel.
+ *
+ * Ownership, in one paragraph.  A Wheel object owns a `core` (the driver, its
+ * wheel and the counters), shared by reference count with the native thread.
+ * A scheduled handle is owned by the wheel: one reference, taken when it is
+ * linked and handed on, without touching the count, when the thread pops it
+ * into a batch (it has no GIL then).  The batch runner, which holds the GIL,
+ * drops that reference after the run, or hands it back to the wheel when a
+ * repeating timer is re-armed.  Handles do not own their wheel or core: a
+ * handle can reach its core only while it is pending, and every pending
+ * handle is cancelled when the wheel closes, which it does at the latest in
+ * its dealloc.  So dropping the wheel stops the thread.
+ *
+ * Lock order: GIL, then core mutex, never the other way.  The thread never
+ * holds the mutex while taking the GIL; Python code never runs under it.
+ *
+ * Garbage collector: handles are not GC objects, so a million pending
+ * timers add nothing to the collector's generations.  The wheel's traverse
+ * reports the callbacks, arguments and contexts of its pending handles, so a
+ * cycle through a pending callback back to its wheel is still collected.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <structmember.h>
+
+#include "driver.h"
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define pw_is_finalizing() Py_IsFinalizing()
+#else
+#define pw_is_finalizing() _Py_IsFinalizing()
+#endif
+
+#define NEVER_NS INT64_MAX /* deadline of a timer that never runs (delay inf) */
+#define PAST_NS INT64_MIN  /* deadline of delay -inf */
+#define LATE_BUCKETS (48 * 8)
+
+/* ------------------------------------------------------------------ */
+/* objects                                                             */
+
+enum { H_PENDING, H_DONE, H_CANCELLED };
+
+typedef struct core core;
+
+typedef struct {
+  PyObject_HEAD pw_timer node;
+  PyObject *callback; /* NULL once it can never run again */
+  PyObject *args;     /* tuple, or NULL for no arguments */
+  PyObject *context;  /* NULL: run in a fresh empty context */
+  int64_t when_ns;    /* exact deadline of the next (or last) run */
+  int64_t interval_ns;
+  core *core; /* valid while pending */
+  int state;
+} HandleObject;
+
+typedef struct WheelObject {
+  PyObject_HEAD core *core;
+  PyObject *handler; /* exception handler or NULL */
+  PyObject *weakreflist;
+} WheelObject;
+
+struct core {
+  pw_driver drv;
+  atomic_int refs; /* the Wheel object, the thread, and short-lived waiters */
+  PyInterpreterState *interp;
+  PyThreadState *tstate;  /* the wheel thread's, for its whole life */
+  WheelObject *owner;     /* borrowed; NULL once the Wheel object is gone */
+  PyTypeObject *htype;    /* strong */
+  HandleObject *running;  /* handle whose callback runs now, or NULL */
+  PyObject *empty_ctx;    /* context entered for callbacks without one */
+  bool manual, closed;
+  const char *closed_why;
+  int64_t manual_ns; /* ManualWheel's clock */
+  uint64_t scheduled, fired, cancelled, errors, skipped;
+  uint64_t late_n, late_max_ns, late[LATE_BUCKETS];
+  core *reg_next, *reg_prev;
+};
+
+typedef struct {
+  PyTypeObject *handle_type;
+  PyTypeObject *wheel_type;
+  PyTypeObject *manual_type;
+} modstate;
+
+static inline HandleObject *handle_of(pw_timer *t) {
+  return (HandleObject *)((char *)t - offsetof(HandleObject, node));
+}
+
+static inline double ns_to_s(int64_t ns) {
+  if (ns == NEVER_NS)
+    return Py_HUGE_VAL;
+  if (ns == PAST_NS)
+    return -Py_HUGE_VAL;
+  return (double)ns / 1e9;
+}
+
+/* ------------------------------------------------------------------ */
+/* the registry of live cores: process-wide, because atexit and fork are */
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static core registry = {.reg_next = &registry, .reg_prev = &registry};
+
+static void core_register(core *c) {
+  pthread_mutex_lock(&registry_mu);
+  c->reg_next = &registry;
+  c->reg_prev = registry.reg_prev;
+  registry.reg_prev->reg_next = c;
+  registry.reg_prev = c;
+  pthread_mutex_unlock(&registry_mu);
+}
+
+static void core_decref(core *c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1)
+    return;
+  pthread_mutex_lock(&registry_mu);
+  c->reg_prev->reg_next = c->reg_next;
+  c->reg_next->reg_prev = c->reg_prev;
+  pthread_mutex_unlock(&registry_mu);
+  pw_driver_fini(&c->drv);
+  PyMem_RawFree(c);
+}
+
+/* Takes a reference to every live core.  Returns a PyMem_Raw array, NULL
+ * terminated, or NULL with MemoryError. */
+static core **registry_snapshot(void) {
+  pthread_mutex_lock(&registry_mu);
+  size_t n = 0;
+  for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
+    n++;
+  core **all = PyMem_RawMalloc((n + 1) * sizeof *all);
+  if (all) {
+    size_t k = 0;
+    for (core *c = registry.reg_next; c != &registry; c = c->reg_next) {
+      int r = atomic_load(&c->refs);
+      while (r > 0 && !atomic_compare_exchange_weak(&c->refs, &r, r + 1))
+        ;
+      if (r > 0)
+        all[k++] = c;
+    }
+    all[k] = NULL;
+  }
+  pthread_mutex_unlock(&registry_mu);
+  if (!all)
+    PyErr_NoMemory();
+  return all;
+}
+
+/* ------------------------------------------------------------------ */
+/* conversions                                                         */
+
+/* Seconds (int or float, or anything with __float__) to nanoseconds,
+ * rounded to nearest and saturated at NEVER_NS / PAST_NS. */
+static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
+  if (PyLong_CheckExact(o) || (PyLong_Check(o) && !PyFloat_Check(o))) {
+    int overflow;
+    long long s = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (s == -1 && PyErr_Occurred())
+      return -1;
+    if (overflow || s > INT64_MAX / 1000000000 || s < INT64_MIN / 1000000000)
+      *out = (overflow > 0 || s > 0) ? NEVER_NS : PAST_NS;
+    else
+      *out = (int64_t)s * 1000000000;
+    return 0;
+  }
+  if (!PyFloat_Check(o) && !PyNumber_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.100s", what,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  double d = PyFloat_AsDouble(o);
+  if (d == -1.0 && PyErr_Occurred())
+    return -1;
+  if (isnan(d)) {
+    PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
+    return -1;
+  }
+  d = nearbyint(d * 1e9);
+  if (d >= 9.2e18)
+    *out = NEVER_NS;
+  else if (d <= -9.2e18)
+    *out = PAST_NS;
+  else
+    *out = (int64_t)d;
+  return 0;
+}
+
+static inline int64_t add_sat(int64_t a, int64_t b) {
+  if (a == NEVER_NS || b == NEVER_NS)
+    return NEVER_NS;
+  if (b > 0 && a > INT64_MAX - b)
+    return NEVER_NS;
+  if (b < 0 && a < INT64_MIN - b)
+    return PAST_NS + 1;
+  return a + b;
+}
+
+static inline pw_tick_t deadline_tick(core *c, int64_t ns) {
+  return ns == NEVER_NS ? PW_TICK_MAX : pw_tick_ceil(ns, c->drv.tick_ns);
+}
+
+static inline int64_t core_now_ns(core *c) { return c->manual ? c->manual_ns : pw_clock_ns(); }
+
+/* ------------------------------------------------------------------ */
+/* lateness histogram: 8 linear sub-buckets per power of two            */
+
+static int late_bucket(uint64_t ns) {
+  if (ns < 16)
+    return (int)ns;
+  int e = 63 - __builtin_clzll(ns);
+  int b = (e - 3) * 8 + (int)((ns >> (e - 3)) & 7) + 8;
+  return b < LATE_BUCKETS ? b : LATE_BUCKETS - 1;
+}
+
+static uint64_t late_bucket_top(int b) {
+  if (b < 16)
+    return (uint64_t)b;
+  int e = (b - 8) / 8 + 3, sub = (b - 8) % 8;
+  return (((uint64_t)(8 + sub + 1)) << (e - 3)) - 1;
+}
+
+static double late_quantile(const core *c, double q) {
+  if (!c->late_n)
+    return 0.0;
+  uint64_t want = (uint64_t)ceil(q * (double)c->late_n), seen = 0;
+  if (want < 1)
+    want = 1;
+  for (int b = 0; b < LATE_BUCKETS; b++) {
+    seen += c->late[b];
+    if (seen >= want) {
+      uint64_t top = late_bucket_top(b);
+      return (double)(top < c->late_max_ns ? top : c->late_max_ns) / 1e9;
+    }
+  }
+  return (double)c->late_max_ns / 1e9;
+}
+
+/* ------------------------------------------------------------------ */
+/* exception reporting                                                 */
+
+/* The raised exception as one object (traceback attached); clears it. */
+static PyObject *fetch_exc(void) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyErr_GetRaisedException();
+#else
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  PyErr_NormalizeException(&t, &v, &tb);
+  if (v && tb)
+    PyException_SetTraceback(v, tb);
+  Py_XDECREF(t);
+  Py_XDECREF(tb);
+  return v;
+#endif
+}
+
+/* Sets exc, stolen, as the raised exception. */
+static void restore_exc(PyObject *exc) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
+
+static PyObject *default_handler_impl(PyObject *context) {
+  PyObject *logging = NULL, *logger = NULL, *msg = NULL, *res = NULL;
+  if (!PyDict_Check(context)) {
+    PyErr_SetString(PyExc_TypeError, "context must be a dict");
+    return NULL;
+  }
+  PyObject *text = PyDict_GetItemString(context, "message"); /* borrowed */
+  msg = text ? PyObject_Str(text) : PyUnicode_FromString("Unhandled error in pywheel");
+  if (!msg)
+    goto done;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(context, &pos, &key, &value)) {
+    if (PyUnicode_Check(key) && (PyUnicode_CompareWithASCIIString(key, "message") == 0 ||
+                                 PyUnicode_CompareWithASCIIString(key, "exception") == 0))
+      continue;
+    PyObject *line = PyUnicode_FromFormat("%U\n%S: %R", msg, key, value);
+    if (!line)
+      goto done;
+    Py_SETREF(msg, line);
+  }
+  PyObject *exc = PyDict_GetItemString(context, "exception");
+  if (!(logging = PyImport_ImportModule("logging")))
+    goto done;
+  if (!(logger = PyObject_CallMethod(logging, "getLogger", "s", "pywheel")))
+    goto done;
+  PyObject *error = PyObject_GetAttrString(logger, "error");
+  if (!error)
+    goto done;
+  PyObject *a = Py_BuildValue("(sO)", "%s", msg);
+  PyObject *kw =
+      a ? Py_BuildValue("{s:O}", "exc_info", exc && exc != Py_None ? exc : Py_False) : NULL;
+  if (kw)
+    res = PyObject_Call(error, a, kw);
+  Py_XDECREF(kw);
+  Py_XDECREF(a);
+  Py_DECREF(error);
+done:
+  Py_XDECREF(logger);
+  Py_XDECREF(logging);
+  Py_XDECREF(msg);
+  return res;
+}
+
+/* Sends `context` to the wheel's handler, or to the default one.  A handler
+ * that raises is reported through the default handler, and if even that
+ * fails, as unraisable.  Never leaves an exception set. */
+static void call_handler(WheelObject *wheel, PyObject *context) {
+  PyObject *res;
+  if (wheel && wheel->handler) {
+    PyObject *h = Py_NewRef(wheel->handler);
+    res = PyObject_CallFunctionObjArgs(h, (PyObject *)wheel, context, NULL);
+    Py_DECREF(h);
+    if (res) {
+      Py_DECREF(res);
+      return;
+    }
+    PyObject *exc = fetch_exc();
+    PyObject *ctx2 = Py_BuildValue("{s:s,s:O,s:O}", "message",
+                                   "Unhandled error in exception handler", "exception",
+                                   exc ? exc : Py_None, "context", context);
+    Py_XDECREF(exc);
+    if (ctx2) {
+      res = default_handler_impl(ctx2);
+      Py_DECREF(ctx2);
+    }
+  } else {
+    res = default_handler_impl(context);
+  }
+  if (res)
+    Py_DECREF(res);
+  else
+    PyErr_WriteUnraisable(context);
+}
+
+/* Reports the exception raised by handle h's callback; clears it. */
+static void report_callback_error(core *c, HandleObject *h) {
+  c->errors++;
+  PyObject *exc = fetch_exc();
+  PyObject *ctx = Py_BuildValue("{s:s,s:O,s:O}", "message", "Exception in timer callback",
+                                "exception", exc ? exc : Py_None, "handle", (PyObject *)h);
+  Py_XDECREF(exc);
+  if (!ctx) {
+    PyErr_WriteUnraisable((PyObject *)h);
+    return;
+  }
+  call_handler(c->owner, ctx);
+  Py_DECREF(ctx);
+}
+
+/* ------------------------------------------------------------------ */
+/* TimerHandle                                                         */
+
+static inline void handle_release(HandleObject *h) {
+  PyObject *cb = h->callback, *args = h->args, *ctx = h->context;
+  h->callback = h->args = h->context = NULL;
+  Py_XDECREF(cb);
+  Py_XDECREF(args);
+  Py_XDECREF(ctx);
+}
+
+static void handle_dealloc(HandleObject *h) {
+  PyTypeObject *tp = Py_TYPE(h);
+  handle_release(h);
+  tp->tp_free(h);
+  Py_DECREF(tp);
+}
+
+static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
+  if (h->state != H_PENDING)
+    Py_RETURN_FALSE;
+  core *c = h->core;
+  pw_driver_lock(&c->drv);
+  bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
+  pw_driver_unlock(&c->drv);
+  h->state = H_CANCELLED;
+  c->cancelled++;
+  handle_release(h); /* may run __del__ code: nothing of ours is read after */
+  if (linked)
+    Py_DECREF(h); /* the wheel's reference; the caller still holds one */
+  Py_RETURN_TRUE;
+}
+
+static PyObject *handle_cancelled(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
+  return PyBool_FromLong(h->state == H_CANCELLED);
+}
+
+static PyObject *handle_when(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
+  return PyFloat_FromDouble(ns_to_s(h->when_ns));
+}
+
+static PyObject *handle_get_interval(HandleObject *h, void *Py_UNUSED(closure)) {
+  if (!h->interval_ns)
+    Py_RETURN_NONE;
+  return PyFloat_FromDouble((double)h->interval_ns / 1e9);
+}
+
+static PyObject *handle_repr(HandleObject *h) {
+  static const char *names[] = {"pending", "done", "cancelled"};
+  PyObject *when = PyFloat_FromDouble(ns_to_s(h->when_ns));
+  if (!when)
+    return NULL;
+  PyObject *r;
+  if (h->callback && h->interval_ns)
+    r = PyUnicode_FromFormat("<%s %s when=%R interval=%R callback=%R>", Py_TYPE(h)->tp_name,
+                             names[h->state], when, handle_get_interval(h, NULL), h->callback);
+  else if (h->callback)
+    r = PyUnicode_FromFormat("<%s %s when=%R callback=%R>", Py_TYPE(h)->tp_name,
+                             names[h->state], when, h->callback);
+  else
+    r = PyUnicode_FromFormat("<%s %s when=%R>", Py_TYPE(h)->tp_name, names[h->state], when);
+  Py_DECREF(when);
+  return r;
+}
+
+static PyMethodDef handle_methods[] = {
+    {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
+     "cancel() -> bool\n--\n\nStop the timer. True if this call stopped a future run."},
+    {"cancelled", (PyCFunction)handle_cancelled, METH_NOARGS,
+     "cancelled() -> bool\n--\n\nTrue once cancel() succeeded or the wheel was closed."},
+    {"when", (PyCFunction)handle_when, METH_NOARGS,
+     "when() -> float\n--\n\nExact deadline of the next (or last) run, wheel clock seconds."},
+    {NULL},
+};
+
+static PyGetSetDef handle_getset[] = {
+    {"interval", (getter)handle_get_interval, NULL, "Repeat interval in seconds, or None.", NULL},
+    {NULL},
+};
+
+static PyType_Slot handle_slots[] = {
+    {Py_tp_dealloc, handle_dealloc},
+    {Py_tp_repr, handle_repr},
+    {Py_tp_methods, handle_methods},
+    {Py_tp_getset, handle_getset},
+    {Py_tp_doc, "A scheduled callback; returned by Wheel.call_later() and friends."},
+    {0, NULL},
+};
+
+static PyType_Spec handle_spec = {
+    .name = "pywheel.TimerHandle",
+    .basicsize = sizeof(HandleObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = handle_slots,
+};
+
+/* ------------------------------------------------------------------ */
+/* running a batch (GIL held)                                          */
+
+static int cmp_order(const HandleObject *x, const HandleObject *y) {
+  if (x->when_ns != y->when_ns)
+    return x->when_ns < y->when_ns ? -1 : 1;
+  return x->node.seq < y->node.seq ? -1 : (x->node.seq > y->node.seq);
+}
+
+/* qsort comparators: exact deadline, then scheduling order. */
+static int cmp_exact(const void *a, const void *b) {
+  return cmp_order(handle_of(*(pw_timer *const *)a), handle_of(*(pw_timer *const *)b));
+}
+
+static int cmp_handles(const void *a, const void *b) {
+  return cmp_order(*(HandleObject *const *)a, *(HandleObject *const *)b);
+}
+
+/* The wheel hands timers out in (tick, seq) order; within one tick the
+ * contract is exact-deadline order.  Each tick's run is checked in one pass
+ * and sorted only if it is out of order. */
+static void sort_exact(pw_timer **b, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i + 1;
+    bool sorted = true;
+    while (j < n && b[j]->deadline == b[i]->deadline) {
+      if (sorted && cmp_exact(&b[j - 1], &b[j]) > 0)
+        sorted = false;
+      j++;
+    }
+    if (!sorted)
+      qsort(b + i, j - i, sizeof *b, cmp_exact);
+    i = j;
+  }
+}
+
+static int empty_ctx_enter(core *c) {
+  if (!c->empty_ctx && !(c->empty_ctx = PyContext_New()))
+    return -1;
+  return PyContext_Enter(c->empty_ctx);
+}
+
+static void empty_ctx_exit(core *c) {
+  if (PyContext_Exit(c->empty_ctx) < 0)
+    PyErr_WriteUnraisable(c->empty_ctx);
+}
+
+/* Runs one callback in its context.  Returns its result or NULL. */
+static PyObject *invoke(core *c, PyObject *cb, PyObject *args, PyObject *ctx) {
+  PyObject *const *argv = args ? &PyTuple_GET_ITEM(args, 0) : NULL;
+  size_t argc = args ? (size_t)PyTuple_GET_SIZE(args) : 0;
+  if (!ctx) {
+    PyObject *r = PyObject_Vectorcall(cb, argv, argc, NULL);
+    /* The callback set a context variable: give the next one a clean
+     * context, as if each had its own copy (asyncio's semantics). */
+    if (c->empty_ctx && PyObject_Length(c->empty_ctx) != 0) {
+      PyObject *exc = fetch_exc();
+      empty_ctx_exit(c);
+      Py_CLEAR(c->empty_ctx);
+      if (empty_ctx_enter(c) < 0)
+        PyErr_WriteUnraisable(NULL);
+      if (exc)
+        restore_exc(exc);
+    }
+    return r;
+  }
+  if (PyContext_Enter(ctx) < 0)
+    return NULL;
+  PyObject *r = PyObject_Vectorcall(cb, argv, argc, NULL);
+  PyObject *exc = r ? NULL : fetch_exc();
+  if (PyContext_Exit(ctx) < 0)
+    PyErr_WriteUnraisable(ctx);
+  if (exc)
+    restore_exc(exc);
+  return r;
+}
+
+/* Re-arms repeating handle h on the next first + k*interval strictly after
+ * now; the runs in between were missed (the process stalled) and are
+ * counted, not replayed.  The batch's reference passes to the wheel. */
+static void rearm(core *c, HandleObject *h) {
+  int64_t now = core_now_ns(c), when = h->when_ns, next;
+  __int128 k = 1;
+  if (now >= when)
+    k = ((__int128)now - when) / h->interval_ns + 1;
+  __int128 n = (__int128)when + k * h->interval_ns;
+  next = n >= NEVER_NS ? NEVER_NS : (int64_t)n;
+  c->skipped += (uint64_t)(k - 1);
+  h->when_ns = next;
+  pw_driver_lock(&c->drv);
+  pw_driver_add_locked(&c->drv, &h->node, deadline_tick(c, next));
+  pw_driver_unlock(&c->drv);
+  c->scheduled++;
+}
+
+static void record_lateness(core *c, int64_t now, int64_t when) {
+  if (when == PAST_NS || now < when)
+    return;
+  uint64_t late = (uint64_t)(now - when);
+  c->late[late_bucket(late)]++;
+  c->late_n++;
+  if (late > c->late_max_ns)
+    c->late_max_ns = late;
+}
+
+/* Runs d->batch[batch_pos..batch_n) in exact deadline order.  Returns how
+ * many callbacks started.  On a ManualWheel a callback raising something
+ * that is not an Exception (KeyboardInterrupt, SystemExit) ends the batch:
+ * the rest go back to the wheel in their places, and -1 is returned with
+ * that exception set.  Everywhere else every error goes to the handler. */
+static Py_ssize_t run_batch(core *c) {
+  pw_driver *d = &c->drv;
+  sort_exact(d->batch + d->batch_pos, d->batch_n - d->batch_pos);
+  int64_t now = core_now_ns(c);
+  WheelObject *owner = c->owner;
+  Py_XINCREF(owner);
+  bool isolated = empty_ctx_enter(c) == 0;
+  if (!isolated)
+    PyErr_WriteUnraisable(NULL);
+  Py_ssize_t ran = 0;
+  PyObject *fatal = NULL;
+  while (d->batch_pos < d->batch_n) {
+    HandleObject *h = handle_of(d->batch[d->batch_pos++]);
+    if (h->state != H_PENDING) {
+      Py_DECREF(h);
+      continue;
+    }
+    record_lateness(c, now, h->when_ns);
+    c->fired++;
+    ran++;
+    PyObject *cb, *args, *ctx;
+    if (!h->interval_ns) {
+      h->state = H_DONE; /* its references are ours now: released after the call */
+      cb = h->callback, args = h->args, ctx = h->context;
+      h->callback = h->args = h->context = NULL;
+    } else {
+      cb = Py_NewRef(h->callback), args = Py_XNewRef(h->args), ctx = Py_XNewRef(h->context);
+    }
+    c->running = h;
+    PyObject *r = invoke(c, cb, args, ctx);
+    c->running = NULL;
+    if (r)
+      Py_DECREF(r);
+    else if (c->manual && !PyErr_ExceptionMatches(PyExc_Exception))
+      fatal = fetch_exc();
+    else
+      report_callback_error(c, h);
+    Py_DECREF(cb);
+    Py_XDECREF(args);
+    Py_XDECREF(ctx);
+    if (h->interval_ns && h->state == H_PENDING && !c->closed)
+      rearm(c, h);
+    else
+      Py_DECREF(h);
+    if (fatal)
+      break;
+  }
+  if (fatal) {
+    /* The unstarted rest go back to the wheel; the batch's reference to a
+     * cancelled one is dropped once nothing of the batch is read any more
+     * (a __del__ could cancel a handle just put back). */
+    size_t from = d->batch_pos, to = d->batch_n;
+    pw_driver_lock(d);
+    for (size_t i = from; i < to; i++) {
+      if (handle_of(d->batch[i])->state == H_PENDING) {
+        pw_wheel_put(&d->wheel, d->batch[i]);
+        d->batch[i] = NULL;
+      }
+    }
+    d->batch_pos = to;
+    pw_driver_unlock(d);
+    for (size_t i = from; i < to; i++)
+      if (d->batch[i])
+        Py_DECREF(handle_of(d->batch[i]));
+  }
+  if (isolated)
+    empty_ctx_exit(c);
+  Py_XDECREF(owner);
+  if (fatal) {
+    restore_exc(fatal);
+    return -1;
+  }
+  return ran;
+}
+
+/* ------------------------------------------------------------------ */
+/* the wheel thread's hooks (see driver.h)                             */
+
+static void hook_start(pw_driver *Py_UNUSED(d), void *arg) {
+  core *c = arg;
+  /* One thread state for the thread's whole life; creating it needs no GIL.
+   * Made here, so that it is bound to this OS thread. */
+  c->tstate = PyThreadState_New(c->interp);
+}
+
+static void hook_run(pw_driver *d, void *arg) {
+  core *c = arg;
+  /* Once finalization may have begun the thread never takes the GIL: the
+   * batch's references are abandoned with the dying interpreter. */
+  if (!c->tstate || pw_is_finalizing()) {
+    pw_driver_stop(d);
+    return;
+  }
+  PyEval_RestoreThread(c->tstate);
+  run_batch(c);
+  PyEval_SaveThread();
+}
+
+static void hook_stop(pw_driver *Py_UNUSED(d), void *arg) {
+  core *c = arg;
+  if (!c->tstate || pw_is_finalizing())
+    return;
+  PyEval_RestoreThread(c->tstate);
+  Py_CLEAR(c->empty_ctx);
+  PyThreadState_Clear(c->tstate);
+  c->tstate = NULL;
+  PyThreadState_DeleteCurrent();
+}
+
+static void hook_exit(pw_driver *Py_UNUSED(d), void *arg) { core_decref(arg); }
+
+/* ------------------------------------------------------------------ */
+/* Wheel                                                               */
+
+static PyModuleDef moddef;
+
+static inline modstate *state_of_type(PyTypeObject *tp) {
+  PyObject *m = PyType_GetModuleByDef(tp, &moddef);
+  return m ? PyModule_GetState(m) : NULL;
+}
+
+static PyObject *closed_error(core *c) {
+  PyErr_Format(PyExc_RuntimeError, "the wheel is closed%s%s", c->closed_why ? ": " : "",
+               c->closed_why ? c->closed_why : "");
+  return NULL;
+}
+
+/* Handles pending now: in the wheel, or popped and not yet started. */
+static size_t pending_locked(core *c) {
+  size_t n = pw_wheel_count(&c->drv.wheel);
+  for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
+    n += handle_of(c->drv.batch[i])->state == H_PENDING;
+  return n;
+}
+
+/*
+ * Marks every handle that has not started cancelled and releases its
+ * callback: those in the wheel, those popped into a batch not yet run, and
+ * a repeating one whose callback runs now.  Stops the thread after its
+ * running batch.  With want_list, returns them as a new list sorted by
+ * deadline; a failure to build the list leaves the wheel closed all the same.
+ * Without, returns NULL and never fails.  Needs no memory to close: the
+ * cancelled timers are chained through their own free links.
+ */
+static PyObject *close_core(core *c, const char *why, bool want_list) {
+  if (c->closed)
+    return want_list ? PyList_New(0) : NULL;
+  c->closed = true;
+  c->closed_why = why;
+  pw_driver *d = &c->drv;
+  pw_timer *chain = NULL;
+  size_t n = 0;
+  pw_driver_lock(d);
+  d->stop = true;
+  pthread_cond_signal(&d->wake);
+  pw_timer *t;
+  while ((t = pw_wheel_any(&d->wheel))) {
+    pw_wheel_cancel(&d->wheel, t);
+    t->link.next = (pw_link *)chain; /* the wheel's reference moves to the chain */
+    chain = t, n++;
+  }
+  for (size_t i = d->batch_pos; i < d->batch_n; i++) {
+    HandleObject *h = handle_of(d->batch[i]);
+    if (h->state == H_PENDING) {
+      /* a batch slot is not a free link: mark it, and take a reference */
+      h->state = H_CANCELLED;
+      h->node.link.next = (pw_link *)chain;
+      chain = &h->node, n++;
+      Py_INCREF(h);
+    }
+  }
+  pw_driver_unlock(d);
+  if (c->running && c->running->state == H_PENDING) {
+    c->running->state = H_CANCELLED;
+    c->running->node.link.next = (pw_link *)chain;
+    chain = &c->running->node, n++;
+    Py_INCREF(c->running);
+  }
+  /* Mark all before releasing any: a releasing __del__ sees them cancelled
+   * and the wheel closed, and touches neither the chain nor the wheel. */
+  for (pw_timer *x = chain; x; x = (pw_timer *)x->link.next) {
+    handle_of(x)->state = H_CANCELLED;
+    c->cancelled++;
+  }
+  HandleObject **v = want_list ? PyMem_Malloc((n ? n : 1) * sizeof *v) : NULL;
+  size_t k = 0;
+  for (pw_timer *x = chain; x;) {
+    HandleObject *h = handle_of(x);
+    x = (pw_timer *)x->link.next;
+    h->node.link.next = NULL;
+    if (v) {
+      v[k++] = h;
+      continue;
+    }
+    handle_release(h);
+    Py_DECREF(h);
+  }
+  if (!want_list)
+    return NULL;
+  if (!v)
+    return PyErr_NoMemory();
+  qsort(v, n, sizeof *v, cmp_handles);
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  for (size_t i = 0; i < n; i++) {
+    handle_release(v[i]);
+    if (list)
+      PyList_SET_ITEM(list, (Py_ssize_t)i, (PyObject *)v[i]);
+    else
+      Py_DECREF(v[i]);
+  }
+  PyMem_Free(v);
+  return list;
+}
+
+static core *core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
+  core *c = PyMem_RawCalloc(1, sizeof *c);
+  if (!c)
+    return (core *)PyErr_NoMemory();
+  pw_driver_hooks hooks = {hook_start, hook_run, hook_stop, hook_exit, c};
+  int r = pw_driver_init(&c->drv, tick_ns, manual ? start_ns : pw_clock_ns(), &hooks);
+  if (r) {
+    PyMem_RawFree(c);
+    errno = -r;
+    return (core *)PyErr_SetFromErrno(PyExc_OSError);
+  }
+  atomic_init(&c->refs, 1);
+  c->interp = PyInterpreterState_Get();
+  c->manual = manual;
+  c->manual_ns = start_ns;
+  core_register(c);
+  if (!manual) {
+    atomic_fetch_add(&c->refs, 1); /* the thread's */
+    if ((r = pw_driver_start(&c->drv))) {
+      atomic_fetch_sub(&c->refs, 1);
+      core_decref(c);
+      errno = -r;
+      return (core *)PyErr_SetFromErrno(PyExc_OSError);
+    }
+  }
+  return c;
+}
+
+static PyObject *wheel_make(PyTypeObject *type, PyObject *args, PyObject *kw, bool manual) {
+  static char *wheel_kw[] = {"tick", NULL};
+  static char *manual_kw[] = {"tick", "start", NULL};
+  PyObject *tick_o = NULL, *start_o = NULL;
+  if (manual ? !PyArg_ParseTupleAndKeywords(args, kw, "|O$O:ManualWheel", manual_kw, &tick_o,
+                                            &start_o)
+             : !PyArg_ParseTupleAndKeywords(args, kw, "|O:Wheel", wheel_kw, &tick_o))
+    return NULL;
+  int64_t tick_ns = 1000000, start_ns = 0;
+  if (tick_o && seconds_to_ns(tick_o, "tick", &tick_ns) < 0)
+    return NULL;
+  if (tick_ns <= 0 || tick_ns == NEVER_NS) {
+    PyErr_SetString(PyExc_ValueError, "tick must be a positive, finite number of seconds "
+                                      "of at least one nanosecond");
+    return NULL;
+  }
+  if (start_o && seconds_to_ns(start_o, "start", &start_ns) < 0)
+    return NULL;
+  if (start_ns < 0 || start_ns == NEVER_NS) {
+    PyErr_SetString(PyExc_ValueError, "start must be a finite number of seconds >= 0");
+    return NULL;
+  }
+  modstate *st = state_of_type(type);
+  if (!st)
+    return NULL;
+  WheelObject *self = (WheelObject *)type->tp_alloc(type, 0);
+  if (!self)
+    return NULL;
+  self->core = core_new(tick_ns, manual, start_ns);
+  if (!self->core) {
+    Py_DECREF(self);
+    return NULL;
+  }
+  self->core->owner = self;
+  self->core->htype = (PyTypeObject *)Py_NewRef(st->handle_type);
+  return (PyObject *)self;
+}
+
+static PyObject *wheel_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  return wheel_make(type, args, kw, false);
+}
+
+static PyObject *manual_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+  return wheel_make(type, args, kw, true);
+}
+
+static int visit_handle(pw_timer *t, void *p) {
+  HandleObject *h = handle_of(t);
+  struct {
+    visitproc visit;
+    void *arg;
+  } *v = p;
+  visitproc visit = v->visit;
+  void *arg = v->arg;
+  Py_VISIT(h->callback);
+  Py_VISIT(h->args);
+  Py_VISIT(h->context);
+  return 0;
+}
+
+/* Reports what the pending handles hold, as if the wheel held it: handles
+ * are no GC objects.  Popped-but-unstarted handles count too, so the set is
+ * the same in every pass of one collection even if the thread pops meanwhile
+ * (it cannot run or add anything without the GIL). */
+static int wheel_traverse(WheelObject *self, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(self->handler);
+  core *c = self->core;
+  if (!c)
+    return 0;
+  Py_VISIT(c->htype);
+  if (c->closed)
+    return 0;
+  struct {
+    visitproc visit;
+    void *arg;
+  } v = {visit, arg};
+  pw_driver_lock(&c->drv);
+  int r = pw_wheel_foreach(&c->drv.wheel, visit_handle, &v);
+  for (size_t i = c->drv.batch_pos; !r && i < c->drv.batch_n; i++)
+    r = visit_handle(c->drv.batch[i], &v);
+  pw_driver_unlock(&c->drv);
+  return r;
+}
+
+static int wheel_clear(WheelObject *self) {
+  if (self->core)
+    close_core(self->core, "collected as garbage", false);
+  Py_CLEAR(self->handler);
+  return 0;
+}
+
+static void wheel_dealloc(WheelObject *self) {
+  PyTypeObject *tp = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  core *c = self->core;
+  if (c)
+    c->owner = NULL; /* first: the thread must not find us from here on */
+  if (self->weakreflist)
+    PyObject_ClearWeakRefs((PyObject *)self);
+  wheel_clear(self);
+  if (c) {
+    Py_CLEAR(c->htype);
+    if (c->manual)
+      Py_CLEAR(c->empty_ctx); /* a threaded wheel's thread clears its own */
+    self->core = NULL;
+    core_decref(c);
+  }
+  tp->tp_free(self);
+  Py_DECREF(tp);
+}
+
+/* context=None captures the caller's context, as asyncio does; while that is
+ * empty (no variable set) NULL stands for it, sparing an object per timer. */
+static int capture_context(PyObject *context, PyObject **out) {
+  *out = NULL;
+  if (context && context != Py_None) {
+    if (!PyContext_CheckExact(context)) {
+      PyErr_Format(PyExc_TypeError, "context must be a contextvars.Context or None, not %.100s",
+                   Py_TYPE(context)->tp_name);
+      return -1;
+    }
+    *out = Py_NewRef(context);
+    return 0;
+  }
+  PyObject *cur = PyThreadState_Get()->context;
+  if (!cur)
+    return 0;
+  Py_ssize_t n = PyObject_Length(cur);
+  if (n <= 0)
+    return (int)n;
+  *out = PyContext_CopyCurrent();
+  return *out ? 0 : -1;
+}
+
+/* Parses (when, callback, *args, [first=], context=) from a vectorcall.
+ * `first` is NULL when the method takes no such keyword. */
+static int parse_schedule(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, PyObject **first, PyObject **context) {
+  *context = NULL;
+  if (first)
+    *first = NULL;
+  if (nargs < 2) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at least 2 positional arguments (%zd given)", name,
+                 nargs);
+    return -1;
+  }
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; i++) {
+    PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+    if (PyUnicode_CompareWithASCIIString(k, "context") == 0)
+      *context = args[nargs + i];
+    else if (first && PyUnicode_CompareWithASCIIString(k, "first") == 0)
+      *first = args[nargs + i];
+    else {
+      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", name, k);
+      return -1;
+    }
+  }
+  if (!PyCallable_Check(args[1])) {
+    PyErr_Format(PyExc_TypeError, "callback must be callable, not %.100s",
+                 Py_TYPE(args[1])->tp_name);
+    return -1;
+  }
+  return 0;
+}
+
+/* Creates and links a handle.  Everything was validated; only a closed
+ * wheel or a failed allocation can still refuse, changing nothing. */
+static PyObject *schedule(WheelObject *self, int64_t when_ns, int64_t interval_ns,
+                          PyObject *const *args, Py_ssize_t nargs, PyObject *context_o) {
+  core *c = self->core;
+  if (c->closed) /* checked last: converting the delay could have closed it */
+    return closed_error(c);
+  PyObject *context, *tuple = NULL;
+  if (capture_context(context_o, &context) < 0)
+    return NULL;
+  if (nargs > 2 && !(tuple = PyTuple_New(nargs - 2))) {
+    Py_XDECREF(context);
+    return NULL;
+  }
+  for (Py_ssize_t i = 2; i < nargs; i++)
+    PyTuple_SET_ITEM(tuple, i - 2, Py_NewRef(args[i]));
+  HandleObject *h = PyObject_New(HandleObject, c->htype);
+  if (!h) {
+    Py_XDECREF(tuple);
+    Py_XDECREF(context);
+    return NULL;
+  }
+  pw_timer_init(&h->node);
+  h->callback = Py_NewRef(args[1]);
+  h->args = tuple;
+  h->context = context;
+  h->when_ns = when_ns;
+  h->interval_ns = interval_ns;
+  h->core = c;
+  h->state = H_PENDING;
+  Py_INCREF(h); /* the wheel's */
+  pw_driver_lock(&c->drv);
+  pw_driver_add_locked(&c->drv, &h->node, deadline_tick(c, when_ns));
+  pw_driver_unlock(&c->drv);
+  c->scheduled++;
+  return (PyObject *)h;
+}
+
+static PyObject *wheel_call_later(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+  PyObject *context;
+  int64_t delay;
+  if (parse_schedule("call_later", args, nargs, kwnames, NULL, &context) < 0 ||
+      seconds_to_ns(args[0], "delay", &delay) < 0)
+    return NULL;
+  int64_t when = delay == PAST_NS ? PAST_NS : add_sat(core_now_ns(self->core), delay);
+  return schedule(self, when, 0, args, nargs, context);
+}
+
+static PyObject *wheel_call_at(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames) {
+  PyObject *context;
+  int64_t when;
+  if (parse_schedule("call_at", args, nargs, kwnames, NULL, &context) < 0 ||
+      seconds_to_ns(args[0], "when", &when) < 0)
+    return NULL;
+  return schedule(self, when, 0, args, nargs, context);
+}
+
+static PyObject *wheel_call_every(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+  PyObject *context, *first_o;
+  int64_t interval, first;
+  if (parse_schedule("call_every", args, nargs, kwnames, &first_o, &context) < 0 ||
+      seconds_to_ns(args[0], "interval", &interval) < 0)
+    return NULL;
+  if (interval <= 0 || interval == NEVER_NS) {
+    PyErr_SetString(PyExc_ValueError,
+                    "interval must be a positive, finite number of seconds (at least 1 ns)");
+    return NULL;
+  }
+  first = interval;
+  if (first_o && first_o != Py_None && seconds_to_ns(first_o, "first", &first) < 0)
+    return NULL;
+  int64_t when = first == PAST_NS ? PAST_NS + 1 : add_sat(core_now_ns(self->core), first);
+  return schedule(self, when, interval, args, nargs, context);
+}
+
+static PyObject *wheel_time(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  return PyFloat_FromDouble((double)core_now_ns(self->core) / 1e9);
+}
+
+static PyObject *wheel_time_ns(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  return PyLong_FromLongLong(core_now_ns(self->core));
+}
+
+static Py_ssize_t wheel_len(WheelObject *self) {
+  core *c = self->core;
+  pw_driver_lock(&c->drv);
+  size_t n = pending_locked(c);
+  pw_driver_unlock(&c->drv);
+  return (Py_ssize_t)n;
+}
+
+/* Waits for the thread to leave, in slices, so that Ctrl-C is delivered
+ * while close() blocks (the SimpleQueue.get pattern). */
+static int wait_thread(core *c, int64_t timeout_ns) {
+  int64_t end = timeout_ns < 0 ? INT64_MAX : add_sat(pw_clock_ns(), timeout_ns);
+  for (;;) {
+    int64_t left = end - pw_clock_ns(), slice = 50000000;
+    if (left < 0)
+      left = 0;
+    if (slice > left)
+      slice = left;
+    int r;
+    Py_BEGIN_ALLOW_THREADS r = pw_driver_wait_exited(&c->drv, slice);
+    Py_END_ALLOW_THREADS if (r == 0 || left == 0) return 0;
+    if (PyErr_CheckSignals() < 0)
+      return -1;
+  }
+}
+
+static PyObject *wheel_close(WheelObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"timeout", NULL};
+  PyObject *timeout_o = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:close", kwlist, &timeout_o))
+    return NULL;
+  int64_t timeout = -1;
+  if (timeout_o != Py_None) {
+    if (seconds_to_ns(timeout_o, "timeout", &timeout) < 0)
+      return NULL;
+    if (timeout < 0)
+      timeout = 0;
+    if (timeout == NEVER_NS)
+      timeout = -1;
+  }
+  core *c = self->core;
+  PyObject *list = close_core(c, NULL, true);
+  if (!c->manual && c->drv.started && PyThreadState_Get() != c->tstate) {
+    Py_INCREF(self); /* keeps the core while the GIL is released */
+    int r = wait_thread(c, timeout);
+    Py_DECREF(self);
+    if (r < 0) {
+      Py_XDECREF(list);
+      return NULL;
+    }
+  }
+  return list;
+}
+
+static PyObject *wheel_get_closed(WheelObject *self, void *Py_UNUSED(closure)) {
+  return PyBool_FromLong(self->core->closed);
+}
+
+static PyObject *wheel_enter(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  return Py_NewRef(self);
+}
+
+static PyObject *wheel_exit(WheelObject *self, PyObject *Py_UNUSED(args)) {
+  PyObject *list = wheel_close(self, NULL, NULL);
+  if (!list)
+    return NULL;
+  Py_DECREF(list);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *wheel_set_handler(WheelObject *self, PyObject *handler) {
+  if (handler != Py_None && !PyCallable_Check(handler)) {
+    PyErr_Format(PyExc_TypeError, "a handler must be callable or None, not %.100s",
+                 Py_TYPE(handler)->tp_name);
+    return NULL;
+  }
+  Py_XSETREF(self->handler, handler == Py_None ? NULL : Py_NewRef(handler));
+  Py_RETURN_NONE;
+}
+
+static PyObject *wheel_get_handler(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  return Py_NewRef(self->handler ? self->handler : Py_None);
+}
+
+static PyObject *wheel_call_exception_handler(WheelObject *self, PyObject *context) {
+  if (!PyDict_Check(context)) {
+    PyErr_SetString(PyExc_TypeError, "context must be a dict");
+    return NULL;
+  }
+  call_handler(self, context);
+  Py_RETURN_NONE;
+}
+
+static PyObject *wheel_default_exception_handler(WheelObject *Py_UNUSED(self),
+                                                 PyObject *context) {
+  PyObject *r = default_handler_impl(context);
+  if (!r)
+    return NULL;
+  Py_DECREF(r);
+  Py_RETURN_NONE;
+}
+
+static PyObject *wheel_stats(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  core *c = self->core;
+  pw_driver_lock(&c->drv);
+  unsigned long long pending = pending_locked(c), wakeups = c->drv.wakeups,
+                     batches = c->drv.batches, max_batch = c->drv.max_batch;
+  pw_driver_unlock(&c->drv);
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:d}", "scheduled",
+      (unsigned long long)c->scheduled, "fired", (unsigned long long)c->fired, "cancelled",
+      (unsigned long long)c->cancelled, "pending", pending, "errors",
+      (unsigned long long)c->errors, "batches", batches, "wakeups", wakeups, "max_batch",
+      max_batch, "skipped_runs", (unsigned long long)c->skipped, "late_p50",
+      late_quantile(c, 0.50), "late_p99", late_quantile(c, 0.99), "late_max",
+      (double)c->late_max_ns / 1e9, "tick", (double)c->drv.tick_ns / 1e9);
+}
+
+static PyObject *wheel_repr(WheelObject *self) {
+  core *c = self->core;
+  PyObject *tick = PyFloat_FromDouble((double)c->drv.tick_ns / 1e9);
+  if (!tick)
+    return NULL;
+  PyObject *r = PyUnicode_FromFormat("<%s tick=%R pending=%zd%s>", Py_TYPE(self)->tp_name, tick,
+                                     wheel_len(self), c->closed ? " closed" : "");
+  Py_DECREF(tick);
+  return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* ManualWheel: the same wheel, with time moved only by the caller      */
+
+/* Runs every timer due by target_ns, tick by tick, each batch at its own
+ * tick with time() reading that tick; then time becomes target_ns. */
+static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
+  core *c = self->core;
+  pw_driver *d = &c->drv;
+  if (c->running || d->batch_pos < d->batch_n) {
+    PyErr_SetString(PyExc_RuntimeError, "a ManualWheel cannot be advanced from its own callback");
+    return NULL;
+  }
+  if (target_ns == NEVER_NS) {
+    PyErr_SetString(PyExc_ValueError, "cannot advance time to infinity");
+    return NULL;
+  }
+  if (target_ns < c->manual_ns) {
+    PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
+    return NULL;
+  }
+  pw_tick_t last = pw_tick_floor(target_ns, d->tick_ns);
+  Py_ssize_t ran = 0;
+  Py_INCREF(self);
+  for (;;) {
+    pw_driver_lock(d);
+    pw_tick_t next = pw_wheel_next(&d->wheel);
+    if (c->closed || next > last) {
+      pw_driver_unlock(d);
+      break;
+    }
+    pw_tick_t at = next > d->wheel.now ? next : d->wheel.now;
+    pw_driver_collect_locked(d, at);
+    pw_driver_unlock(d);
+    int64_t at_ns = (int64_t)at * d->tick_ns;
+    if (at_ns > c->manual_ns)
+      c->manual_ns = at_ns;
+    Py_ssize_t r = run_batch(c);
+    if (r < 0) {
+      Py_DECREF(self);
+      return NULL;
+    }
+    ran += r;
+  }
+  c->manual_ns = target_ns;
+  pw_driver_lock(d);
+  pw_wheel_advance(&d->wheel, last);
+  pw_driver_unlock(d);
+  Py_DECREF(self);
+  return PyLong_FromSsize_t(ran);
+}
+
+static PyObject *manual_advance(WheelObject *self, PyObject *arg) {
+  int64_t delta;
+  if (seconds_to_ns(arg, "seconds", &delta) < 0)
+    return NULL;
+  if (delta < 0) {
+    PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
+    return NULL;
+  }
+  return manual_run_until(self, add_sat(self->core->manual_ns, delta));
+}
+
+static PyObject *manual_advance_to(WheelObject *self, PyObject *arg) {
+  int64_t when;
+  if (seconds_to_ns(arg, "when", &when) < 0)
+    return NULL;
+  return manual_run_until(self, when);
+}
+
+/* Wheel time at which the next callback runs: its tick, or now if overdue. */
+static int64_t manual_next_ns(core *c) {
+  pw_driver_lock(&c->drv);
+  pw_tick_t next = pw_wheel_next(&c->drv.wheel);
+  pw_driver_unlock(&c->drv);
+  if (next == PW_TICK_MAX || next > (pw_tick_t)(INT64_MAX / c->drv.tick_ns))
+    return NEVER_NS;
+  int64_t ns = (int64_t)next * c->drv.tick_ns;
+  return ns > c->manual_ns ? ns : c->manual_ns;
+}
+
+static PyObject *manual_next_deadline(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  int64_t ns = manual_next_ns(self->core);
+  if (ns == NEVER_NS || self->core->closed)
+    Py_RETURN_NONE;
+  return PyFloat_FromDouble((double)ns / 1e9);
+}
+
+static PyObject *manual_advance_to_next(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  int64_t ns = manual_next_ns(self->core);
+  if (ns == NEVER_NS || self->core->closed)
+    return PyLong_FromLong(0);
+  return manual_run_until(self, ns);
+}
+
+/* ------------------------------------------------------------------ */
+/* process-wide hooks: atexit and fork (registered by pywheel/__init__) */
+
+static PyObject *mod_shutdown(PyObject *Py_UNUSED(m), PyObject *arg) {
+  double grace = PyFloat_AsDouble(arg);
+  if (grace == -1.0 && PyErr_Occurred())
+    return NULL;
+  core **all = registry_snapshot();
+  if (!all)
+    return NULL;
+  for (core **p = all; *p; p++) {
+    core *c = *p;
+    if (c->owner && !c->closed) {
+      PyObject *owner = Py_NewRef(c->owner);
+      close_core(c, "the interpreter is exiting", false);
+      Py_DECREF(owner);
+    } else if (!c->manual) {
+      pw_driver_stop(&c->drv);
+    }
+  }
+  /* One grace period for all: a callback still running when it ends is
+   * left to the interpreter, which stops such threads when they next ask
+   * for the GIL.  The thread never asks once finalization has begun. */
+  int64_t end = add_sat(pw_clock_ns(), (int64_t)(grace * 1e9));
+  for (core **p = all; *p; p++) {
+    core *c = *p;
+    if (!c->manual && c->drv.started) {
+      int64_t left = end - pw_clock_ns();
+      Py_BEGIN_ALLOW_THREADS pw_driver_wait_exited(&c->drv, left > 0 ? left : 0);
+      Py_END_ALLOW_THREADS
+    }
+  }
+  for (core **p = all; *p; p++)
+    core_decref(*p);
+  PyMem_RawFree(all);
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_before_fork(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
+  /* Hold every core's mutex across fork(), so the child's copies are in a
+   * known state.  Order: GIL, registry, cores; the threads take a core's
+   * mutex only without the GIL and never the registry while holding one. */
+  pthread_mutex_lock(&registry_mu);
+  for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
+    pw_driver_lock(&c->drv);
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_after_fork_parent(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
+  for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
+    pw_driver_unlock(&c->drv);
+  pthread_mutex_unlock(&registry_mu);
+  Py_RETURN_NONE;
+}
+
+static PyObject *mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
+  pthread_mutex_init(&registry_mu, NULL);
+  PyThreadState *me = PyThreadState_Get();
+  size_t n = 0;
+  for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
+    n++;
+  core **orphans = PyMem_RawCalloc(n + 1, sizeof *orphans);
+  size_t k = 0;
+  for (core *c = registry.reg_next; c != &registry; c = c->reg_next) {
+    if (c->manual) {
+      pw_driver_after_fork_child(&c->drv); /* no thread: it goes on working */
+      c->drv.stop = c->drv.exited = false;
+      continue;
+    }
+    bool on_wheel_thread = c->tstate && c->tstate == me;
+    pw_driver_after_fork_child(&c->drv);
+    if (on_wheel_thread) {
+      /* fork() was called by one of this wheel's callbacks: this thread is
+       * that wheel's, and its runner finishes the batch as usual. */
+      c->drv.exited = false;
+      if (c->owner)
+        close_core(c, "the process forked from one of its callbacks", false);
+      continue;
+    }
+    c->tstate = NULL; /* the runtime deleted it with its thread */
+    if (c->owner) {
+      PyObject *owner = Py_NewRef(c->owner);
+      close_core(c, "it belongs to the parent process; create a new Wheel in the child", false);
+      c->running = NULL; /* its references belonged to the vanished thread */
+      /* The batch's references belonged to the thread too. */
+      for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
+        Py_DECREF(handle_of(c->drv.batch[i]));
+      c->drv.batch_pos = c->drv.batch_n;
+      Py_DECREF(owner);
+    }
+    if (orphans)
+      orphans[k++] = c; /* drop the vanished thread's reference, below */
+  }
+  for (size_t i = 0; i < k; i++)
+    core_decref(orphans[i]);
+  PyMem_RawFree(orphans);
+  Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ */
+/* tables                                                              */
+
+#define SCHED_FLAGS METH_FASTCALL | METH_KEYWORDS
+
+static PyMethodDef wheel_methods[] = {
+    {"call_later", (PyCFunction)(void (*)(void))wheel_call_later, SCHED_FLAGS,
+     "call_later(delay, callback, /, *args, context=None) -> TimerHandle\n--\n\n"
+     "Run callback(*args) once, delay seconds from now."},
+    {"call_at", (PyCFunction)(void (*)(void))wheel_call_at, SCHED_FLAGS,
+     "call_at(when, callback, /, *args, context=None) -> TimerHandle\n--\n\n"
+     "Run callback(*args) once at wheel time `when` (seconds, time()'s clock)."},
+    {"call_every", (PyCFunction)(void (*)(void))wheel_call_every, SCHED_FLAGS,
+     "call_every(interval, callback, /, *args, first=None, context=None) -> TimerHandle\n--\n\n"
+     "Run callback(*args) every interval seconds, the first time after `first` seconds "
+     "(default: interval).  Fixed rate, no drift; missed runs are skipped and counted."},
+    {"time", (PyCFunction)wheel_time, METH_NOARGS,
+     "time() -> float\n--\n\nThe wheel's clock in seconds (time.monotonic() for Wheel)."},
+    {"time_ns", (PyCFunction)wheel_time_ns, METH_NOARGS,
+     "time_ns() -> int\n--\n\nThe wheel's clock in nanoseconds."},
+    {"close", (PyCFunction)(void (*)(void))wheel_close, METH_VARARGS | METH_KEYWORDS,
+     "close(timeout=None) -> list[TimerHandle]\n--\n\n"
+     "Cancel every timer not yet started, stop the thread after the running callback "
+     "(waiting up to timeout seconds for it) and return the cancelled handles."},
+    {"__enter__", (PyCFunction)wheel_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)wheel_exit, METH_VARARGS, NULL},
+    {"set_exception_handler", (PyCFunction)wheel_set_handler, METH_O,
+     "set_exception_handler(handler) -> None\n--\n\n"
+     "handler(wheel, context) receives errors; None restores the default."},
+    {"get_exception_handler", (PyCFunction)wheel_get_handler, METH_NOARGS,
+     "get_exception_handler() -> handler or None\n--\n\n"},
+    {"call_exception_handler", (PyCFunction)wheel_call_exception_handler, METH_O,
+     "call_exception_handler(context) -> None\n--\n\n"
+     "Send a context dict to the current exception handler."},
+    {"default_exception_handler", (PyCFunction)wheel_default_exception_handler, METH_O,
+     "default_exception_handler(context) -> None\n--\n\n"
+     "Log the context on the 'pywheel' logger."},
+    {"stats", (PyCFunction)wheel_stats, METH_NOARGS,
+     "stats() -> dict\n--\n\nCounters and lateness percentiles (seconds)."},
+    {NULL},
+};
+
+static PyMethodDef manual_methods[] = {
+    {"advance", (PyCFunction)manual_advance, METH_O,
+     "advance(seconds) -> int\n--\n\n"
+     "Move time forward, running every due callback at its own tick; return how many ran."},
+    {"advance_to", (PyCFunction)manual_advance_to, METH_O,
+     "advance_to(when) -> int\n--\n\nLike advance(), to the absolute time `when`."},
+    {"next_deadline", (PyCFunction)manual_next_deadline, METH_NOARGS,
+     "next_deadline() -> float | None\n--\n\n"
+     "Time at which the next callback runs (its tick), or None if nothing will."},
+    {"advance_to_next", (PyCFunction)manual_advance_to_next, METH_NOARGS,
+     "advance_to_next() -> int\n--\n\nJump to next_deadline() and run what is due there."},
+    {NULL},
+};
+
+static PyMemberDef wheel_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(WheelObject, weakreflist), READONLY, NULL},
+    {NULL},
+};
+
+static PyGetSetDef wheel_getset[] = {
+    {"closed", (getter)wheel_get_closed, NULL, "True once close() was called.", NULL},
+    {NULL},
+};
+
+static PyType_Slot wheel_slots[] = {
+    {Py_tp_new, wheel_new},
+    {Py_tp_dealloc, wheel_dealloc},
+    {Py_tp_traverse, wheel_traverse},
+    {Py_tp_clear, wheel_clear},
+    {Py_tp_repr, wheel_repr},
+    {Py_tp_methods, wheel_methods},
+    {Py_tp_members, wheel_members},
+    {Py_tp_getset, wheel_getset},
+    {Py_sq_length, wheel_len},
+    {Py_tp_doc, "Wheel(tick=0.001)\n--\n\n"
+                "A timing wheel served by its own native thread: callbacks run on that "
+                "thread, one GIL acquisition per batch of due timers."},
+    {0, NULL},
+};
+
+static PyType_Spec wheel_spec = {
+    .name = "pywheel.Wheel",
+    .basicsize = sizeof(WheelObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = wheel_slots,
+};
+
+static PyType_Slot manual_slots[] = {
+    {Py_tp_new, manual_new},
+    {Py_tp_methods, manual_methods},
+    {Py_tp_doc, "ManualWheel(tick=0.001, *, start=0.0)\n--\n\n"
+                "The same wheel without a thread: time moves only through advance() and "
+                "advance_to(), which run due callbacks on the caller's thread."},
+    {0, NULL},
+};
+
+static PyType_Spec manual_spec = {
+    .name = "pywheel.ManualWheel",
+    .basicsize = sizeof(WheelObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, /* GC and traverse: inherited */
+    .slots = manual_slots,
+};
+
+static PyMethodDef module_methods[] = {
+    {"_shutdown", mod_shutdown, METH_O, "atexit hook: close every wheel, wait out a grace."},
+    {"_before_fork", mod_before_fork, METH_NOARGS, NULL},
+    {"_after_fork_parent", mod_after_fork_parent, METH_NOARGS, NULL},
+    {"_after_fork_child", mod_after_fork_child, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static int module_exec(PyObject *m) {
+  modstate *st = PyModule_GetState(m);
+  st->handle_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &handle_spec, NULL);
+  if (!st->handle_type || PyModule_AddType(m, st->handle_type) < 0)
+    return -1;
+  st->wheel_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &wheel_spec, NULL);
+  if (!st->wheel_type || PyModule_AddType(m, st->wheel_type) < 0)
+    return -1;
+  st->manual_type =
+      (PyTypeObject *)PyType_FromModuleAndSpec(m, &manual_spec, (PyObject *)st->wheel_type);
+  if (!st->manual_type || PyModule_AddType(m, st->manual_type) < 0)
+    return -1;
+  return 0;
+}
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg) {
+  modstate *st = PyModule_GetState(m);
+  Py_VISIT(st->handle_type);
+  Py_VISIT(st->wheel_type);
+  Py_VISIT(st->manual_type);
+  return 0;
+}
+
+static int module_clear(PyObject *m) {
+  modstate *st = PyModule_GetState(m);
+  Py_CLEAR(st->handle_type);
+  Py_CLEAR(st->wheel_type);
+  Py_CLEAR(st->manual_type);
+  return 0;
+}
+
+static void module_free(void *m) { module_clear(m); }
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "pywheel._core",
+    .m_doc = "The C timing wheel, its native driver thread, and the Python binding.",
+    .m_size = sizeof(modstate),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__core(void) { return PyModuleDef_Init(&moddef); }

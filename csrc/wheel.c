@@ -1,0 +1,409 @@
+/* wheel.c -- see wheel.h for the contract. */
+#include "wheel.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+/* ---- lists: circular, with the list head as sentinel ---- */
+
+static inline void list_init(pw_link *h) { h->next = h->prev = h; }
+static inline bool list_empty(const pw_link *h) { return h->next == h; }
+
+static inline void list_append(pw_link *h, pw_link *n) {
+  n->prev = h->prev;
+  n->next = h;
+  h->prev->next = n;
+  h->prev = n;
+}
+
+static inline void list_unlink(pw_link *n) {
+  n->prev->next = n->next;
+  n->next->prev = n->prev;
+  n->next = n->prev = NULL;
+}
+
+/* Moves every node of src to the end of dst, leaving src empty.  O(1). */
+static inline void list_splice(pw_link *dst, pw_link *src) {
+  if (list_empty(src))
+    return;
+  src->next->prev = dst->prev;
+  dst->prev->next = src->next;
+  src->prev->next = dst;
+  dst->prev = src->prev;
+  list_init(src);
+}
+
+static inline pw_timer *timer_of(pw_link *l) { return (pw_timer *)l; }
+
+/* ---- placement ---- */
+
+static inline bool before(const pw_timer *a, const pw_timer *b) {
+  return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+/* Level of a deadline d > now: the 6-bit group holding the highest bit in
+ * which d differs from now.  PW_LEVELS or more means the overflow list. */
+static inline int level_of(pw_tick_t d, pw_tick_t now) {
+  return (63 - __builtin_clzll(d ^ now)) / PW_LEVEL_BITS;
+}
+
+static inline int slot_of(pw_tick_t d, int level) {
+#ifdef PW_TEST_BREAK_SLOT
+  /* Test-only sabotage: files timers one slot late, so the suite can show it
+   * notices.  Never defined in a real build. */
+  return (int)(((d >> (level * PW_LEVEL_BITS)) + 1) & (PW_SLOTS - 1));
+#else
+  return (int)((d >> (level * PW_LEVEL_BITS)) & (PW_SLOTS - 1));
+#endif
+}
+
+static void expired_append(pw_wheel *w, pw_timer *t) {
+  if (w->expired_sorted && !list_empty(&w->expired) && before(t, timer_of(w->expired.prev)))
+    w->expired_sorted = false;
+  list_append(&w->expired, &t->link);
+}
+
+/* Files a timer by its deadline relative to w->now; count is the caller's. */
+static void file(pw_wheel *w, pw_timer *t) {
+  pw_tick_t d = t->deadline;
+  if (d <= w->now) {
+    expired_append(w, t);
+    return;
+  }
+  if (w->next_valid && d < w->next_cached)
+    w->next_cached = d;
+  int level = level_of(d, w->now);
+  if (level >= PW_LEVELS) {
+    list_append(&w->overflow, &t->link);
+    return;
+  }
+  int s = slot_of(d, level);
+  list_append(&w->slot[level][s], &t->link);
+  w->occupied[level] |= (uint64_t)1 << s;
+}
+
+/* ---- public ---- */
+
+void pw_wheel_init(pw_wheel *w, pw_tick_t now) {
+  w->now = now;
+  w->next_seq = 0;
+  w->count = 0;
+  for (int l = 0; l < PW_LEVELS; l++) {
+    w->occupied[l] = 0;
+    for (int s = 0; s < PW_SLOTS; s++)
+      list_init(&w->slot[l][s]);
+  }
+  list_init(&w->overflow);
+  list_init(&w->expired);
+  w->expired_sorted = true;
+  w->next_valid = true; /* an empty wheel's minimum is known: none */
+  w->next_cached = PW_TICK_MAX;
+}
+
+void pw_wheel_add(pw_wheel *w, pw_timer *t, pw_tick_t deadline) {
+  t->deadline = deadline;
+  t->seq = w->next_seq++;
+  pw_wheel_put(w, t);
+}
+
+void pw_wheel_put(pw_wheel *w, pw_timer *t) {
+  file(w, t);
+  w->count++;
+}
+
+bool pw_wheel_cancel(pw_wheel *w, pw_timer *t) {
+  if (!pw_timer_linked(t))
+    return false;
+  pw_tick_t d = t->deadline;
+  if (d <= w->now) {
+    list_unlink(&t->link); /* removal keeps the expired list's order */
+  } else {
+    int level = level_of(d, w->now);
+    if (level >= PW_LEVELS) {
+      list_unlink(&t->link);
+    } else {
+      int s = slot_of(d, level);
+      list_unlink(&t->link);
+      if (list_empty(&w->slot[level][s]))
+        w->occupied[level] &= ~((uint64_t)1 << s);
+    }
+    if (w->next_valid && d == w->next_cached)
+      w->next_valid = false;
+  }
+  w->count--;
+  return true;
+}
+
+/*
+ * Only slots whose range lies in (old now, new now] can hold timers that are
+ * now misfiled, and they are found per level with one mask: if the digits
+ * above a level changed, the whole level was passed; otherwise the slots
+ * after the old digit up to the new one.  Levels above the first one whose
+ * prefix is unchanged are untouched.  The affected slots are detached first
+ * and re-filed against the new time, so a timer is never filed twice in one
+ * call and a re-filed timer lands on a strictly lower level (or expires).
+ */
+void pw_wheel_advance(pw_wheel *w, pw_tick_t now) {
+  if (now <= w->now)
+    return;
+  pw_link todo;
+  list_init(&todo);
+  pw_tick_t old = w->now;
+  for (int l = 0; l < PW_LEVELS; l++) {
+    int shift = l * PW_LEVEL_BITS;
+    if ((old >> shift) == (now >> shift))
+      break;
+    uint64_t mask;
+    if ((old >> (shift + PW_LEVEL_BITS)) != (now >> (shift + PW_LEVEL_BITS))) {
+      mask = ~(uint64_t)0;
+    } else {
+      int from = (int)((old >> shift) & (PW_SLOTS - 1)) + 1;
+      int to = (int)((now >> shift) & (PW_SLOTS - 1));
+      mask = ((((uint64_t)2) << to) - 1) & ~((((uint64_t)1) << from) - 1);
+    }
+    uint64_t m = w->occupied[l] & mask;
+    w->occupied[l] &= ~m;
+    while (m) {
+      int s = __builtin_ctzll(m);
+      m &= m - 1;
+      list_splice(&todo, &w->slot[l][s]);
+    }
+  }
+  if ((old >> (PW_LEVELS * PW_LEVEL_BITS)) != (now >> (PW_LEVELS * PW_LEVEL_BITS)))
+    list_splice(&todo, &w->overflow);
+  w->now = now;
+  if (w->next_valid && w->next_cached <= now)
+    w->next_valid = false; /* the minimum left for the expired list */
+  while (!list_empty(&todo)) {
+    pw_link *l = todo.next;
+    list_unlink(l);
+    file(w, timer_of(l));
+  }
+}
+
+/* Tatham's bottom-up merge sort of a circular list, stable: O(n log n),
+ * paid only when something was appended out of order. */
+static void sort_expired(pw_wheel *w) {
+  pw_link *list = w->expired.next;
+  if (list == &w->expired)
+    return;
+  w->expired.prev->next = NULL; /* singly linked, NULL-terminated, while sorting */
+  for (size_t k = 1;; k *= 2) {
+    pw_link *p = list, *tail = NULL;
+    size_t merges = 0;
+    list = NULL;
+    while (p) {
+      merges++;
+      pw_link *q = p;
+      size_t psize = 0, qsize = k;
+      while (psize < k && q) {
+        psize++;
+        q = q->next;
+      }
+      while (psize > 0 || (qsize > 0 && q)) {
+        pw_link *e;
+        if (psize == 0) {
+          e = q, q = q->next, qsize--;
+        } else if (qsize == 0 || !q || !before(timer_of(q), timer_of(p))) {
+          e = p, p = p->next, psize--;
+        } else {
+          e = q, q = q->next, qsize--;
+        }
+        if (tail)
+          tail->next = e;
+        else
+          list = e;
+        tail = e;
+      }
+      p = q;
+    }
+    tail->next = NULL;
+    if (merges <= 1)
+      break;
+  }
+  pw_link *prev = &w->expired;
+  for (pw_link *e = list; e; e = e->next) {
+    e->prev = prev;
+    prev->next = e;
+    prev = e;
+  }
+  prev->next = &w->expired;
+  w->expired.prev = prev;
+  w->expired_sorted = true;
+}
+
+pw_timer *pw_wheel_pop(pw_wheel *w) {
+  if (list_empty(&w->expired))
+    return NULL;
+  if (!w->expired_sorted)
+    sort_expired(w);
+  pw_link *l = w->expired.next;
+  list_unlink(l);
+  w->count--;
+  if (list_empty(&w->expired))
+    w->expired_sorted = true;
+  return timer_of(l);
+}
+
+static pw_tick_t min_of(const pw_link *h) {
+  pw_tick_t m = PW_TICK_MAX;
+  for (const pw_link *l = h->next; l != h; l = l->next)
+    if (timer_of((pw_link *)l)->deadline < m)
+      m = timer_of((pw_link *)l)->deadline;
+  return m;
+}
+
+pw_tick_t pw_wheel_next(pw_wheel *w) {
+  if (!list_empty(&w->expired)) {
+    if (!w->expired_sorted)
+      sort_expired(w);
+    return timer_of(w->expired.next)->deadline;
+  }
+  if (w->next_valid)
+    return w->next_cached;
+  /* Every timer on level l is earlier than every timer on level l + 1, and
+   * a level-0 slot holds a single deadline; so the answer is in the first
+   * occupied slot of the lowest occupied level. */
+  pw_tick_t m = PW_TICK_MAX;
+  int l = 0;
+  while (l < PW_LEVELS && !w->occupied[l])
+    l++;
+  if (l == 0) {
+    m = (w->now & ~(pw_tick_t)(PW_SLOTS - 1)) | (pw_tick_t)__builtin_ctzll(w->occupied[0]);
+  } else if (l < PW_LEVELS) {
+    m = min_of(&w->slot[l][__builtin_ctzll(w->occupied[l])]);
+  } else {
+    m = min_of(&w->overflow);
+  }
+  w->next_cached = m;
+  w->next_valid = true;
+  return m;
+}
+
+pw_timer *pw_wheel_any(pw_wheel *w) {
+  if (!list_empty(&w->expired))
+    return timer_of(w->expired.next);
+  for (int l = 0; l < PW_LEVELS; l++)
+    if (w->occupied[l])
+      return timer_of(w->slot[l][__builtin_ctzll(w->occupied[l])].next);
+  if (!list_empty(&w->overflow))
+    return timer_of(w->overflow.next);
+  return NULL;
+}
+
+static int foreach_list(const pw_link *h, int (*fn)(pw_timer *, void *), void *arg) {
+  for (pw_link *l = h->next; l != h;) {
+    pw_link *next = l->next;
+    int r = fn(timer_of(l), arg);
+    if (r)
+      return r;
+    l = next;
+  }
+  return 0;
+}
+
+int pw_wheel_foreach(const pw_wheel *w, int (*fn)(pw_timer *t, void *arg), void *arg) {
+  int r = foreach_list(&w->expired, fn, arg);
+  for (int l = 0; l < PW_LEVELS && !r; l++) {
+    uint64_t m = w->occupied[l];
+    while (m && !r) {
+      int s = __builtin_ctzll(m);
+      m &= m - 1;
+      r = foreach_list(&w->slot[l][s], fn, arg);
+    }
+  }
+  return r ? r : foreach_list(&w->overflow, fn, arg);
+}
+
+/* ---- the checker ---- */
+
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    if (msg && msglen)                                                                             \
+      snprintf(msg, msglen, __VA_ARGS__);                                                          \
+    return -EINVAL;                                                                                \
+  } while (0)
+
+/* Walks one list checking links; returns its length and earliest deadline. */
+static int check_list(const pw_link *h, size_t *n, pw_tick_t *min, char *msg, size_t msglen) {
+  *n = 0;
+  *min = PW_TICK_MAX;
+  const pw_link *prev = h;
+  for (const pw_link *l = h->next; l != h; l = l->next) {
+    if (!l || l->prev != prev)
+      FAIL("broken links after %zu nodes", *n);
+    pw_tick_t d = timer_of((pw_link *)l)->deadline;
+    if (d < *min)
+      *min = d;
+    prev = l;
+    if (++*n > ((size_t)1 << 40))
+      FAIL("list does not end");
+  }
+  if (h->prev != prev)
+    FAIL("list head's prev is not its last node");
+  return 0;
+}
+
+int pw_wheel_check(pw_wheel *w, char *msg, size_t msglen) {
+  size_t total = 0, n;
+  pw_tick_t min, wheel_min = PW_TICK_MAX;
+  int r;
+
+  if ((r = check_list(&w->expired, &n, &min, msg, msglen)))
+    return r;
+  total += n;
+  const pw_link *h = &w->expired;
+  pw_tick_t expired_min = min;
+  for (const pw_link *l = h->next; l != h; l = l->next) {
+    const pw_timer *t = timer_of((pw_link *)l);
+    if (t->deadline > w->now)
+      FAIL("expired timer seq %llu has deadline %llu after now %llu", (unsigned long long)t->seq,
+           (unsigned long long)t->deadline, (unsigned long long)w->now);
+    if (w->expired_sorted && l->next != h && before(timer_of(l->next), t))
+      FAIL("expired list marked sorted but seq %llu precedes a later timer",
+           (unsigned long long)t->seq);
+  }
+
+  for (int lv = 0; lv < PW_LEVELS; lv++) {
+    for (int s = 0; s < PW_SLOTS; s++) {
+      h = &w->slot[lv][s];
+      if ((r = check_list(h, &n, &min, msg, msglen)))
+        return r;
+      bool bit = (w->occupied[lv] >> s) & 1;
+      if (bit != (n > 0))
+        FAIL("level %d slot %d: bitmap says %d, list holds %zu", lv, s, bit, n);
+      total += n;
+      if (min < wheel_min)
+        wheel_min = min;
+      for (const pw_link *l = h->next; l != h; l = l->next) {
+        pw_tick_t d = timer_of((pw_link *)l)->deadline;
+        if (d <= w->now || level_of(d, w->now) != lv || slot_of(d, lv) != s)
+          FAIL("deadline %llu misfiled at level %d slot %d (now %llu)", (unsigned long long)d, lv,
+               s, (unsigned long long)w->now);
+      }
+    }
+  }
+
+  if ((r = check_list(&w->overflow, &n, &min, msg, msglen)))
+    return r;
+  total += n;
+  if (min < wheel_min)
+    wheel_min = min;
+  for (const pw_link *l = w->overflow.next; l != &w->overflow; l = l->next) {
+    pw_tick_t d = timer_of((pw_link *)l)->deadline;
+    if (d <= w->now || level_of(d, w->now) < PW_LEVELS)
+      FAIL("deadline %llu on the overflow list belongs in the wheel (now %llu)",
+           (unsigned long long)d, (unsigned long long)w->now);
+  }
+
+  if (total != w->count)
+    FAIL("count is %zu, lists hold %zu", w->count, total);
+  if (w->next_valid && w->next_cached != wheel_min)
+    FAIL("cached next deadline %llu, scan finds %llu", (unsigned long long)w->next_cached,
+         (unsigned long long)wheel_min);
+  pw_tick_t want = expired_min != PW_TICK_MAX ? expired_min : wheel_min;
+  pw_tick_t got = pw_wheel_next(w);
+  if (got != want)
+    FAIL("next deadline %llu, scan finds %llu", (unsigned long long)got, (unsigned long long)want);
+  return 0;
+}

@@ -1,0 +1,35 @@
+"""pywheel: a C timing wheel on its own native thread.
+
+    >>> import pywheel
+    >>> with pywheel.Wheel() as wheel:
+    ...     handle = wheel.call_later(0.5, print, "half a second later")
+
+See README.md for the semantics.
+"""
+
+import atexit as _atexit
+import os as _os
+
+from ._core import ManualWheel, TimerHandle, Wheel
+
+__all__ = ["ManualWheel", "TimerHandle", "Wheel"]
+__version__ = "0.1.0"
+
+#: Seconds the interpreter waits at exit for callbacks still running on wheel
+#: threads (every pending timer is cancelled first).  Past it the interpreter
+#: exits anyway and the thread is stopped when it next asks for the GIL.
+EXIT_GRACE = 5.0
+
+
+def _shutdown() -> None:
+    _core._shutdown(EXIT_GRACE)
+
+
+from . import _core  # noqa: E402  (the hooks below need the module itself)
+
+_atexit.register(_shutdown)
+_os.register_at_fork(
+    before=_core._before_fork,
+    after_in_parent=_core._after_fork_parent,
+    after_in_child=_core._after_fork_child,
+)

@@ -1085,20 +1085,8 @@ static int wait_thread(core *c, int64_t timeout_ns) {
   }
 }
 
-static PyObject *wheel_close(WheelObject *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"timeout", NULL};
-  PyObject *timeout_o = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:close", kwlist, &timeout_o))
-    return NULL;
-  int64_t timeout = -1;
-  if (timeout_o != Py_None) {
-    if (seconds_to_ns(timeout_o, "timeout", &timeout) < 0)
-      return NULL;
-    if (timeout < 0)
-      timeout = 0;
-    if (timeout == NEVER_NS)
-      timeout = -1;
-  }
+/* close(), and the wait for the thread unless called from it. */
+static PyObject *close_and_wait(WheelObject *self, int64_t timeout) {
   core *c = self->core;
   PyObject *list = close_core(c, NULL, true);
   if (!c->manual && c->drv.started && PyThreadState_Get() != c->tstate) {
@@ -1113,6 +1101,23 @@ static PyObject *wheel_close(WheelObject *self, PyObject *args, PyObject *kw) {
   return list;
 }
 
+static PyObject *wheel_close(WheelObject *self, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"timeout", NULL};
+  PyObject *timeout_o = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:close", kwlist, &timeout_o))
+    return NULL;
+  int64_t timeout = -1;
+  if (timeout_o != Py_None) {
+    if (seconds_to_ns(timeout_o, "timeout", &timeout) < 0)
+      return NULL;
+    if (timeout < 0)
+      timeout = 0;
+    if (timeout == NEVER_NS)
+      timeout = -1;
+  }
+  return close_and_wait(self, timeout);
+}
+
 static PyObject *wheel_get_closed(WheelObject *self, void *Py_UNUSED(closure)) {
   return PyBool_FromLong(self->core->closed);
 }
@@ -1122,7 +1127,7 @@ static PyObject *wheel_enter(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyObject *wheel_exit(WheelObject *self, PyObject *Py_UNUSED(args)) {
-  PyObject *list = wheel_close(self, NULL, NULL);
+  PyObject *list = close_and_wait(self, -1);
   if (!list)
     return NULL;
   Py_DECREF(list);

@@ -1,0 +1,52 @@
+# Small targets for the daily loop.  The extension is built in place so that
+# `import pywheel` from this folder is always the fresh build.
+PYTHON ?= python3
+CC ?= cc
+CFLAGS_C = -std=c11 -O2 -g -Wall -Wextra -Werror -Icsrc
+SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
+LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
+
+.PHONY: build test test-c sanitize valgrind demo lint fmt clean
+
+build:
+	$(PYTHON) setup.py -q build_ext --inplace
+
+test: build
+	$(PYTHON) -m pytest -q
+
+test-c:
+	mkdir -p build
+	$(CC) $(CFLAGS_C) -o build/test_wheel csrc/test_wheel.c csrc/wheel.c
+	./build/test_wheel 1 && ./build/test_wheel 2
+
+# The C tests under ASan+UBSan, then the whole Python suite against an
+# ASan+UBSan build of the extension (rebuilt normally afterwards).
+sanitize:
+	mkdir -p build
+	$(CC) $(CFLAGS_C) $(SAN) -o build/test_wheel_san csrc/test_wheel.c csrc/wheel.c
+	./build/test_wheel_san 1
+	PYWHEEL_SANITIZE=address,undefined $(PYTHON) setup.py -q build_ext --inplace --force
+	LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider; status=$$?; \
+	  $(PYTHON) setup.py -q build_ext --inplace --force; exit $$status
+
+valgrind:
+	mkdir -p build
+	$(CC) $(CFLAGS_C) -o build/test_wheel csrc/test_wheel.c csrc/wheel.c
+	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_wheel 1 20000
+
+demo: build
+	$(PYTHON) -m pywheel
+
+lint:
+	ruff check .
+	ruff format --check .
+	clang-format --dry-run --Werror csrc/*.c csrc/*.h
+
+fmt:
+	ruff check --fix .
+	ruff format .
+	clang-format -i csrc/*.c csrc/*.h
+
+clean:
+	rm -rf build *.egg-info pywheel/*.so

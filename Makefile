@@ -6,7 +6,7 @@ CFLAGS_C = -std=c11 -O2 -g -Wall -Wextra -Werror -Icsrc
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
-.PHONY: build test test-c sanitize valgrind demo lint fmt clean
+.PHONY: build test test-c tsan sanitize valgrind demo lint fmt clean
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -17,7 +17,15 @@ test: build
 test-c:
 	mkdir -p build
 	$(CC) $(CFLAGS_C) -o build/test_wheel csrc/test_wheel.c csrc/wheel.c
-	./build/test_wheel 1 && ./build/test_wheel 2
+	$(CC) $(CFLAGS_C) -o build/test_driver csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
+	./build/test_wheel 1 && ./build/test_wheel 2 && ./build/test_driver
+
+# The driver's C test under ThreadSanitizer.
+tsan:
+	mkdir -p build
+	$(CC) $(CFLAGS_C) -O1 -fsanitize=thread -o build/test_driver_tsan \
+	  csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
+	TSAN_OPTIONS=halt_on_error=1 ./build/test_driver_tsan 4 3000
 
 # The C tests under ASan+UBSan, then the whole Python suite against an
 # ASan+UBSan build of the extension (rebuilt normally afterwards).
@@ -34,6 +42,8 @@ valgrind:
 	mkdir -p build
 	$(CC) $(CFLAGS_C) -o build/test_wheel csrc/test_wheel.c csrc/wheel.c
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_wheel 1 20000
+	$(CC) $(CFLAGS_C) -o build/test_driver csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
+	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_driver 2 2000
 
 demo: build
 	$(PYTHON) -m pywheel

@@ -68,11 +68,11 @@ struct core {
   pw_driver drv;
   atomic_int refs; /* the Wheel object, the thread, and short-lived waiters */
   PyInterpreterState *interp;
-  PyThreadState *tstate;  /* the wheel thread's, for its whole life */
-  WheelObject *owner;     /* borrowed; NULL once the Wheel object is gone */
-  PyTypeObject *htype;    /* strong */
-  HandleObject *running;  /* handle whose callback runs now, or NULL */
-  PyObject *empty_ctx;    /* context entered for callbacks without one */
+  PyThreadState *tstate; /* the wheel thread's, for its whole life */
+  WheelObject *owner;    /* borrowed; NULL once the Wheel object is gone */
+  PyTypeObject *htype;   /* strong */
+  HandleObject *running; /* handle whose callback runs now, or NULL */
+  PyObject *empty_ctx;   /* context entered for callbacks without one */
   bool manual, closed;
   const char *closed_why;
   int64_t manual_ns; /* ManualWheel's clock */
@@ -325,9 +325,9 @@ static void call_handler(WheelObject *wheel, PyObject *context) {
       return;
     }
     PyObject *exc = fetch_exc();
-    PyObject *ctx2 = Py_BuildValue("{s:s,s:O,s:O}", "message",
-                                   "Unhandled error in exception handler", "exception",
-                                   exc ? exc : Py_None, "context", context);
+    PyObject *ctx2 =
+        Py_BuildValue("{s:s,s:O,s:O}", "message", "Unhandled error in exception handler",
+                      "exception", exc ? exc : Py_None, "context", context);
     Py_XDECREF(exc);
     if (ctx2) {
       res = default_handler_impl(ctx2);
@@ -414,8 +414,8 @@ static PyObject *handle_repr(HandleObject *h) {
     r = PyUnicode_FromFormat("<%s %s when=%R interval=%R callback=%R>", Py_TYPE(h)->tp_name,
                              names[h->state], when, handle_get_interval(h, NULL), h->callback);
   else if (h->callback)
-    r = PyUnicode_FromFormat("<%s %s when=%R callback=%R>", Py_TYPE(h)->tp_name,
-                             names[h->state], when, h->callback);
+    r = PyUnicode_FromFormat("<%s %s when=%R callback=%R>", Py_TYPE(h)->tp_name, names[h->state],
+                             when, h->callback);
   else
     r = PyUnicode_FromFormat("<%s %s when=%R>", Py_TYPE(h)->tp_name, names[h->state], when);
   Py_DECREF(when);
@@ -810,9 +810,9 @@ static PyObject *wheel_make(PyTypeObject *type, PyObject *args, PyObject *kw, bo
   static char *wheel_kw[] = {"tick", NULL};
   static char *manual_kw[] = {"tick", "start", NULL};
   PyObject *tick_o = NULL, *start_o = NULL;
-  if (manual ? !PyArg_ParseTupleAndKeywords(args, kw, "|O$O:ManualWheel", manual_kw, &tick_o,
-                                            &start_o)
-             : !PyArg_ParseTupleAndKeywords(args, kw, "|O:Wheel", wheel_kw, &tick_o))
+  if (manual
+          ? !PyArg_ParseTupleAndKeywords(args, kw, "|O$O:ManualWheel", manual_kw, &tick_o, &start_o)
+          : !PyArg_ParseTupleAndKeywords(args, kw, "|O:Wheel", wheel_kw, &tick_o))
     return NULL;
   int64_t tick_ns = 1000000, start_ns = 0;
   if (tick_o && seconds_to_ns(tick_o, "tick", &tick_ns) < 0)
@@ -1157,8 +1157,7 @@ static PyObject *wheel_call_exception_handler(WheelObject *self, PyObject *conte
   Py_RETURN_NONE;
 }
 
-static PyObject *wheel_default_exception_handler(WheelObject *Py_UNUSED(self),
-                                                 PyObject *context) {
+static PyObject *wheel_default_exception_handler(WheelObject *Py_UNUSED(self), PyObject *context) {
   PyObject *r = default_handler_impl(context);
   if (!r)
     return NULL;
@@ -1172,14 +1171,14 @@ static PyObject *wheel_stats(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
   unsigned long long pending = pending_locked(c), wakeups = c->drv.wakeups,
                      batches = c->drv.batches, max_batch = c->drv.max_batch;
   pw_driver_unlock(&c->drv);
-  return Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:d}", "scheduled",
-      (unsigned long long)c->scheduled, "fired", (unsigned long long)c->fired, "cancelled",
-      (unsigned long long)c->cancelled, "pending", pending, "errors",
-      (unsigned long long)c->errors, "batches", batches, "wakeups", wakeups, "max_batch",
-      max_batch, "skipped_runs", (unsigned long long)c->skipped, "late_p50",
-      late_quantile(c, 0.50), "late_p99", late_quantile(c, 0.99), "late_max",
-      (double)c->late_max_ns / 1e9, "tick", (double)c->drv.tick_ns / 1e9);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:d}", "scheduled",
+                       (unsigned long long)c->scheduled, "fired", (unsigned long long)c->fired,
+                       "cancelled", (unsigned long long)c->cancelled, "pending", pending, "errors",
+                       (unsigned long long)c->errors, "batches", batches, "wakeups", wakeups,
+                       "max_batch", max_batch, "skipped_runs", (unsigned long long)c->skipped,
+                       "late_p50", late_quantile(c, 0.50), "late_p99", late_quantile(c, 0.99),
+                       "late_max", (double)c->late_max_ns / 1e9, "tick",
+                       (double)c->drv.tick_ns / 1e9);
 }
 
 static PyObject *wheel_repr(WheelObject *self) {

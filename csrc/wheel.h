@@ -12,7 +12,9 @@
  * bitmap per level), in the slot named by d's digit on that level.  Beyond
  * the top level it waits on an overflow list.  Timers with d <= now are on the
  * expired list.  Advancing re-files only the slots whose range was passed, so
- * each timer moves at most once per level over its life.
+ * a timer in the wheel moves at most once per level over its life.  The
+ * overflow list is re-filed whenever `now` crosses a multiple of 2^36 ticks
+ * (795 days at 1 ms), which is what a deadline that far away costs.
  */
 #ifndef PW_WHEEL_H
 #define PW_WHEEL_H
@@ -102,9 +104,9 @@ int pw_wheel_foreach(const pw_wheel *w, int (*fn)(pw_timer *t, void *arg), void 
 /* Calls fn on every linked timer in no particular order, stopping at the
  * first non-zero return, which it returns.  fn must not change the wheel. */
 
-int pw_wheel_check(pw_wheel *w, char *msg, size_t msglen);
+int pw_wheel_check(const pw_wheel *w, char *msg, size_t msglen);
 /* Recomputes every fast answer (placement, bitmaps, count, next deadline,
- * sortedness, links) by brute force.  Returns 0 if all agree, else -EINVAL
- * with the first disagreement described in msg. */
+ * sortedness, links) by brute force, changing nothing.  Returns 0 if all
+ * agree, else -EINVAL with the first disagreement described in msg. */
 
 #endif /* PW_WHEEL_H */

@@ -1,7 +1,8 @@
 """The C test programs, built with the system compiler and run from pytest.
 
 csrc/test_wheel.c drives the pure wheel with randomized schedules against a
-brute-force model and calls the wheel's checker after every step."""
+brute-force model and calls the wheel's checker after every step;
+csrc/test_driver.c runs the driver thread without Python."""
 
 import os
 import shutil
@@ -38,6 +39,15 @@ def test_wheel_randomized_against_model(test_wheel, seed):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_driver_thread_from_c(tmp_path_factory):
+    # Firing, never early, adds and cancels from 4 threads, lost wake-up,
+    # idleness and stop: the driver on its own, without Python.
+    exe = build(tmp_path_factory, "test_driver", ["test_driver.c", "driver.c", "wheel.c"])
+    proc = subprocess.run([exe, "4", "5000"], capture_output=True, text=True, timeout=60)
+    sys.stdout.write(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_broken_slot_computation_is_caught(tmp_path_factory):
     # The same program against a wheel sabotaged to file timers one slot
     # late: the checker and the model must both notice.
@@ -46,3 +56,13 @@ def test_broken_slot_computation_is_caught(tmp_path_factory):
     )
     proc = subprocess.run([exe, "1"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0, "a wheel that files timers one slot late passed the C tests"
+
+
+def test_extension_compiles_without_warnings():
+    import sysconfig
+
+    include = sysconfig.get_paths()["include"]
+    for src in ["wheel.c", "driver.c", "module.c", "test_wheel.c", "test_driver.c"]:
+        cmd = [CC, *CFLAGS, "-fsyntax-only", "-I", include, os.path.join(CSRC, src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0 and not proc.stderr, proc.stderr

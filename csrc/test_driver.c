@@ -1,0 +1,179 @@
+/*
+ * test_driver.c -- the driver thread from C, without Python: firing, never
+ * early, concurrent adds and cancels from several threads, the lost-wake-up
+ * case, idleness, stop.  Built plain and under TSan (make tsan).
+ *
+ *   ./test_driver [threads] [timers_per_thread]
+ */
+#define _GNU_SOURCE
+#include "driver.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TICK_NS 1000000 /* 1 ms */
+
+typedef struct {
+  pw_timer node;
+  int64_t due_ns; /* exact deadline */
+  atomic_int fired;
+  bool cancelled; /* set under the driver mutex */
+} item;
+
+typedef struct {
+  pw_driver d;
+  atomic_long fired, early, batches;
+  atomic_int exited_hook;
+} fixture;
+
+static fixture fx;
+
+static void on_run(pw_driver *d, void *arg) {
+  (void)arg;
+  int64_t now = pw_clock_ns();
+  for (size_t i = d->batch_pos; i < d->batch_n; i++) {
+    item *it = (item *)d->batch[i];
+    if (now < it->due_ns)
+      atomic_fetch_add(&fx.early, 1);
+    atomic_fetch_add(&it->fired, 1);
+    atomic_fetch_add(&fx.fired, 1);
+  }
+  d->batch_pos = d->batch_n;
+  atomic_fetch_add(&fx.batches, 1);
+}
+
+static void on_exit_hook(pw_driver *d, void *arg) {
+  (void)d;
+  (void)arg;
+  atomic_store(&fx.exited_hook, 1);
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) && errno == EINTR)
+    ;
+}
+
+static unsigned rnd(unsigned *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 17;
+  *s ^= *s << 5;
+  return *s;
+}
+
+static void add(item *it, int64_t delay_ns) {
+  it->due_ns = pw_clock_ns() + delay_ns;
+  pw_timer_init(&it->node);
+  pw_driver_lock(&fx.d);
+  pw_driver_add_locked(&fx.d, &it->node, pw_tick_ceil(it->due_ns, TICK_NS));
+  pw_driver_unlock(&fx.d);
+}
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "test_driver: FAIL %s:%d: ", __FILE__, __LINE__);                            \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+typedef struct {
+  item *items;
+  int n;
+  unsigned seed;
+} worker_arg;
+
+/* Schedules its items 0..20 ms ahead and cancels about a third of them. */
+static void *worker(void *p) {
+  worker_arg *a = p;
+  for (int i = 0; i < a->n; i++) {
+    add(&a->items[i], (int64_t)(rnd(&a->seed) % 20000) * 1000);
+    if (rnd(&a->seed) % 3 == 0) {
+      item *victim = &a->items[rnd(&a->seed) % (unsigned)(i + 1)];
+      pw_driver_lock(&fx.d);
+      if (pw_wheel_cancel(&fx.d.wheel, &victim->node))
+        victim->cancelled = true;
+      pw_driver_unlock(&fx.d);
+    }
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  int nthreads = argc > 1 ? atoi(argv[1]) : 4;
+  int per = argc > 2 ? atoi(argv[2]) : 5000;
+  pw_driver_hooks hooks = {NULL, on_run, NULL, on_exit_hook, NULL};
+  CHECK(pw_driver_init(&fx.d, 0, 0, &hooks) == -EINVAL, "tick 0 accepted");
+  CHECK(pw_driver_init(&fx.d, TICK_NS, pw_clock_ns(), &hooks) == 0, "init");
+  CHECK(pw_driver_start(&fx.d) == 0, "start");
+
+  /* Idle: nothing pending, no wake-ups. */
+  sleep_ms(200);
+  pw_driver_lock(&fx.d);
+  uint64_t w0 = fx.d.wakeups;
+  pw_driver_unlock(&fx.d);
+  CHECK(w0 == 0, "idle driver woke up %llu times", (unsigned long long)w0);
+
+  /* Lost wake-up: it sleeps toward 10 s when a 1 ms timer arrives. */
+  static item far, near; /* zeroed: fired == 0 */
+  add(&far, 10 * (int64_t)1000000000);
+  sleep_ms(50);
+  int64_t t0 = pw_clock_ns();
+  add(&near, 1000000);
+  while (!atomic_load(&near.fired) && pw_clock_ns() - t0 < 2000000000)
+    sleep_ms(1);
+  CHECK(atomic_load(&near.fired) == 1, "the 1 ms timer did not fire (lost wake-up)");
+  pw_driver_lock(&fx.d);
+  CHECK(pw_wheel_cancel(&fx.d.wheel, &far.node), "far timer not pending");
+  pw_driver_unlock(&fx.d);
+
+  /* Several threads adding and cancelling while the thread fires. */
+  pthread_t th[64];
+  worker_arg args[64];
+  if (nthreads > 64)
+    nthreads = 64;
+  item *items = calloc((size_t)nthreads * (size_t)per, sizeof *items);
+  CHECK(items, "out of memory");
+  for (int t = 0; t < nthreads; t++) {
+    args[t] = (worker_arg){items + (size_t)t * (size_t)per, per, 0x9e3779b9u * (unsigned)(t + 1)};
+    CHECK(pthread_create(&th[t], NULL, worker, &args[t]) == 0, "pthread_create");
+  }
+  for (int t = 0; t < nthreads; t++)
+    pthread_join(th[t], NULL);
+  int64_t end = pw_clock_ns() + 5 * (int64_t)1000000000;
+  for (;;) {
+    pw_driver_lock(&fx.d);
+    size_t left = pw_wheel_count(&fx.d.wheel);
+    pw_driver_unlock(&fx.d);
+    if (!left || pw_clock_ns() > end)
+      break;
+    sleep_ms(5);
+  }
+  long total = (long)nthreads * per, want = 0;
+  for (long i = 0; i < total; i++) {
+    int f = atomic_load(&items[i].fired);
+    CHECK(f == (items[i].cancelled ? 0 : 1), "item %ld fired %d times (cancelled %d)", i, f,
+          items[i].cancelled);
+    want += !items[i].cancelled;
+  }
+  CHECK(atomic_load(&fx.early) == 0, "%ld timers fired early", atomic_load(&fx.early));
+
+  /* Stop: the thread leaves and reports it. */
+  pw_driver_stop(&fx.d);
+  CHECK(pw_driver_wait_exited(&fx.d, 2 * (int64_t)1000000000) == 0, "thread did not exit");
+  while (!atomic_load(&fx.exited_hook))
+    sleep_ms(1);
+  printf("test_driver: ok: %ld timers from %d threads, %ld fired, %ld cancelled, %ld batches, "
+         "%llu wakeups\n",
+         total, nthreads, want, total - want, atomic_load(&fx.batches),
+         (unsigned long long)fx.d.wakeups);
+  pw_driver_fini(&fx.d);
+  free(items);
+  return 0;
+}

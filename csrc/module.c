@@ -383,7 +383,11 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
   pw_driver_unlock(&c->drv);
   h->state = H_CANCELLED;
-  c->cancelled++;
+  /* `cancelled` counts schedulings that never ran; a repeating timer
+   * cancelled from its own callback has none pending (its run counted as
+   * fired), so that scheduled == fired + cancelled + pending holds. */
+  if (c->running != h)
+    c->cancelled++;
   handle_release(h); /* may run __del__ code: nothing of ours is read after */
   if (linked)
     Py_DECREF(h); /* the wheel's reference; the caller still holds one */
@@ -410,10 +414,14 @@ static PyObject *handle_repr(HandleObject *h) {
   if (!when)
     return NULL;
   PyObject *r;
-  if (h->callback && h->interval_ns)
-    r = PyUnicode_FromFormat("<%s %s when=%R interval=%R callback=%R>", Py_TYPE(h)->tp_name,
-                             names[h->state], when, handle_get_interval(h, NULL), h->callback);
-  else if (h->callback)
+  if (h->callback && h->interval_ns) {
+    PyObject *interval = handle_get_interval(h, NULL);
+    r = interval
+            ? PyUnicode_FromFormat("<%s %s when=%R interval=%R callback=%R>", Py_TYPE(h)->tp_name,
+                                   names[h->state], when, interval, h->callback)
+            : NULL;
+    Py_XDECREF(interval);
+  } else if (h->callback)
     r = PyUnicode_FromFormat("<%s %s when=%R callback=%R>", Py_TYPE(h)->tp_name, names[h->state],
                              when, h->callback);
   else
@@ -746,7 +754,7 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
    * and the wheel closed, and touches neither the chain nor the wheel. */
   for (pw_timer *x = chain; x; x = (pw_timer *)x->link.next) {
     handle_of(x)->state = H_CANCELLED;
-    c->cancelled++;
+    c->cancelled += handle_of(x) != c->running; /* see handle_cancel */
   }
   HandleObject **v = want_list ? PyMem_Malloc((n ? n : 1) * sizeof *v) : NULL;
   size_t k = 0;

@@ -1,0 +1,56 @@
+"""Shared fixtures: a ManualWheel and a threaded Wheel, both closed afterwards."""
+
+import pytest
+
+import pywheel
+
+
+@pytest.fixture
+def manual():
+    """A ManualWheel at t=0 with a 1 ms tick."""
+    w = pywheel.ManualWheel(tick=0.001)
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def wheel():
+    """A threaded Wheel with the default 1 ms tick."""
+    w = pywheel.Wheel()
+    yield w
+    w.close(timeout=5)
+
+
+# ---- hypothesis profiles -----------------------------------------------------
+# default: quick, for the test command.  ci: the same, derandomized, so a CI run
+# is reproducible.  deep: many thousands of examples (PYWHEEL_HYPOTHESIS=deep).
+# Every failure prints a @reproduce_failure blob, and the local example
+# database replays it on the next run.
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/wheel_cffi.py
+
+settings.register_profile(
+    "default",
+    max_examples=100,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "ci", parent=settings.get_profile("default"), derandomize=True, database=None
+)
+settings.register_profile(
+    "deep",
+    max_examples=100_000,
+    stateful_step_count=120,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(
+    os.environ.get("PYWHEEL_HYPOTHESIS") or ("ci" if os.environ.get("CI") else "default")
+)

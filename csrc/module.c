@@ -981,6 +981,20 @@ static int parse_schedule(const char *name, PyObject *const *args, Py_ssize_t na
   return 0;
 }
 
+/* Test hook (pywheel._core._fail_alloc_after): the n-th next handle
+ * allocation fails, so the tests can show a MemoryError changes nothing. */
+static long fail_alloc_countdown;
+
+static bool alloc_fails(void) { return fail_alloc_countdown > 0 && --fail_alloc_countdown == 0; }
+
+static PyObject *mod_fail_alloc_after(PyObject *Py_UNUSED(m), PyObject *arg) {
+  long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred())
+    return NULL;
+  fail_alloc_countdown = n > 0 ? n : 0;
+  Py_RETURN_NONE;
+}
+
 /* Creates and links a handle.  Everything was validated; only a closed
  * wheel or a failed allocation can still refuse, changing nothing. */
 static PyObject *schedule(WheelObject *self, int64_t when_ns, int64_t interval_ns,
@@ -997,7 +1011,8 @@ static PyObject *schedule(WheelObject *self, int64_t when_ns, int64_t interval_n
   }
   for (Py_ssize_t i = 2; i < nargs; i++)
     PyTuple_SET_ITEM(tuple, i - 2, Py_NewRef(args[i]));
-  HandleObject *h = PyObject_New(HandleObject, c->htype);
+  HandleObject *h =
+      alloc_fails() ? (HandleObject *)PyErr_NoMemory() : PyObject_New(HandleObject, c->htype);
   if (!h) {
     Py_XDECREF(tuple);
     Py_XDECREF(context);
@@ -1503,6 +1518,8 @@ static PyMethodDef module_methods[] = {
     {"_before_fork", mod_before_fork, METH_NOARGS, NULL},
     {"_after_fork_parent", mod_after_fork_parent, METH_NOARGS, NULL},
     {"_after_fork_child", mod_after_fork_child, METH_NOARGS, NULL},
+    {"_fail_alloc_after", mod_fail_alloc_after, METH_O,
+     "Test hook: make the n-th next handle allocation fail (0 disables)."},
     {NULL},
 };
 

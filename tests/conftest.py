@@ -45,7 +45,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "deep",
-    max_examples=100_000,
+    max_examples=10_000,
     stateful_step_count=120,
     deadline=None,
     print_blob=True,

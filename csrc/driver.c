@@ -176,7 +176,12 @@ int pw_driver_start(pw_driver *d) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   d->started = true;
+  /* under mu: the thread may read d->thread (a fork handler may) at once */
+  pthread_mutex_lock(&d->mu);
   r = pthread_create(&th, &attr, thread_main, d);
+  if (!r)
+    d->thread = th;
+  pthread_mutex_unlock(&d->mu);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   if (r) {

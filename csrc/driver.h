@@ -40,6 +40,7 @@ struct pw_driver {
   int64_t tick_ns;
   pw_tick_t sleep_until; /* tick the thread sleeps toward, 0 while it is awake */
   bool started, stop, exited;
+  pthread_t thread; /* valid once started */
   /* Due timers popped by the last collection, in (tick, seq) order.  The
    * owner consumes batch[batch_pos..batch_n); the array is rewritten only by
    * the next collection. */

@@ -56,6 +56,7 @@ typedef struct {
   int64_t interval_ns;
   core *core; /* valid while pending */
   int state;
+  bool overdue; /* scheduled for a time already past: no lateness recorded */
 } HandleObject;
 
 typedef struct WheelObject {
@@ -74,6 +75,10 @@ struct core {
   HandleObject *running; /* handle whose callback runs now, or NULL */
   PyObject *empty_ctx;   /* context entered for callbacks without one */
   bool manual, closed;
+  bool forked;          /* set in a forked child for the cores that existed at fork */
+  bool fork_own_thread; /* ... and fork() was called on this core's wheel thread */
+  bool thread_alive_at_fork;
+  unsigned long advancing; /* ManualWheel: ident of the thread inside advance(), or 0 */
   const char *closed_why;
   int64_t manual_ns; /* ManualWheel's clock */
   uint64_t scheduled, fired, cancelled, errors, skipped;
@@ -101,6 +106,10 @@ static inline double ns_to_s(int64_t ns) {
 
 /* ------------------------------------------------------------------ */
 /* the registry of live cores: process-wide, because atexit and fork are */
+
+/* Set once the atexit hook ran: a threaded wheel made after it would have
+ * nobody to stop it before finalization. */
+static bool shutting_down;
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static core registry = {.reg_next = &registry, .reg_prev = &registry};
@@ -268,11 +277,14 @@ static void restore_exc(PyObject *exc) {
 }
 
 static PyObject *default_handler_impl(PyObject *context) {
-  PyObject *logging = NULL, *logger = NULL, *msg = NULL, *res = NULL;
+  PyObject *logging = NULL, *logger = NULL, *msg = NULL, *res = NULL, *exc = NULL;
   if (!PyDict_Check(context)) {
     PyErr_SetString(PyExc_TypeError, "context must be a dict");
     return NULL;
   }
+  /* A copy: the reprs below run code that could change the caller's dict. */
+  if (!(context = PyDict_Copy(context)))
+    return NULL;
   PyObject *text = PyDict_GetItemString(context, "message"); /* borrowed */
   msg = text ? PyObject_Str(text) : PyUnicode_FromString("Unhandled error in pywheel");
   if (!msg)
@@ -288,7 +300,8 @@ static PyObject *default_handler_impl(PyObject *context) {
       goto done;
     Py_SETREF(msg, line);
   }
-  PyObject *exc = PyDict_GetItemString(context, "exception");
+  /* strong: importing and getLogger can run code that changes the dict */
+  exc = Py_XNewRef(PyDict_GetItemString(context, "exception"));
   if (!(logging = PyImport_ImportModule("logging")))
     goto done;
   if (!(logger = PyObject_CallMethod(logging, "getLogger", "s", "pywheel")))
@@ -305,6 +318,8 @@ static PyObject *default_handler_impl(PyObject *context) {
   Py_XDECREF(a);
   Py_DECREF(error);
 done:
+  Py_DECREF(context);
+  Py_XDECREF(exc);
   Py_XDECREF(logger);
   Py_XDECREF(logging);
   Py_XDECREF(msg);
@@ -343,7 +358,7 @@ static void call_handler(WheelObject *wheel, PyObject *context) {
 }
 
 /* Reports the exception raised by handle h's callback; clears it. */
-static void report_callback_error(core *c, HandleObject *h) {
+static void report_callback_error(core *c, WheelObject *owner, HandleObject *h) {
   c->errors++;
   PyObject *exc = fetch_exc();
   PyObject *ctx = Py_BuildValue("{s:s,s:O,s:O}", "message", "Exception in timer callback",
@@ -353,7 +368,7 @@ static void report_callback_error(core *c, HandleObject *h) {
     PyErr_WriteUnraisable((PyObject *)h);
     return;
   }
-  call_handler(c->owner, ctx);
+  call_handler(owner, ctx);
   Py_DECREF(ctx);
 }
 
@@ -509,20 +524,28 @@ static void empty_ctx_exit(core *c) {
     PyErr_WriteUnraisable(c->empty_ctx);
 }
 
-/* Runs one callback in its context.  Returns its result or NULL. */
-static PyObject *invoke(core *c, PyObject *cb, PyObject *args, PyObject *ctx) {
+/* Runs one callback in its context.  Returns its result or NULL.  A
+ * callback without a context runs in the batch's empty context (entered
+ * while *isolated); if it set a variable there, the next one gets a fresh
+ * empty context, as if each had its own copy (asyncio's semantics). */
+static PyObject *invoke(core *c, PyObject *cb, PyObject *args, PyObject *ctx, bool *isolated) {
   PyObject *const *argv = args ? &PyTuple_GET_ITEM(args, 0) : NULL;
   size_t argc = args ? (size_t)PyTuple_GET_SIZE(args) : 0;
   if (!ctx) {
     PyObject *r = PyObject_Vectorcall(cb, argv, argc, NULL);
-    /* The callback set a context variable: give the next one a clean
-     * context, as if each had its own copy (asyncio's semantics). */
-    if (c->empty_ctx && PyObject_Length(c->empty_ctx) != 0) {
-      PyObject *exc = fetch_exc();
-      empty_ctx_exit(c);
-      Py_CLEAR(c->empty_ctx);
-      if (empty_ctx_enter(c) < 0)
-        PyErr_WriteUnraisable(NULL);
+    if (*isolated) {
+      PyObject *exc = r ? NULL : fetch_exc();
+      Py_ssize_t n = PyObject_Length(c->empty_ctx);
+      if (n < 0)
+        PyErr_Clear();
+      if (n != 0) {
+        empty_ctx_exit(c);
+        Py_CLEAR(c->empty_ctx);
+        if (empty_ctx_enter(c) < 0) {
+          PyErr_WriteUnraisable(NULL);
+          *isolated = false; /* nothing entered: nothing to exit at the end */
+        }
+      }
       if (exc)
         restore_exc(exc);
     }
@@ -544,6 +567,8 @@ static PyObject *invoke(core *c, PyObject *cb, PyObject *args, PyObject *ctx) {
  * counted, not replayed.  The batch's reference passes to the wheel. */
 static void rearm(core *c, HandleObject *h) {
   int64_t now = core_now_ns(c), when = h->when_ns, next;
+  if (when <= PAST_NS + 1)
+    when = now; /* first=-inf: no anchor worth keeping; count no skipped runs */
   __int128 k = 1;
   if (now >= when)
     k = ((__int128)now - when) / h->interval_ns + 1;
@@ -551,6 +576,7 @@ static void rearm(core *c, HandleObject *h) {
   next = n >= NEVER_NS ? NEVER_NS : (int64_t)n;
   c->skipped += (uint64_t)(k - 1);
   h->when_ns = next;
+  h->overdue = false;
   pw_driver_lock(&c->drv);
   pw_driver_add_locked(&c->drv, &h->node, deadline_tick(c, next));
   pw_driver_unlock(&c->drv);
@@ -560,7 +586,7 @@ static void rearm(core *c, HandleObject *h) {
 static void record_lateness(core *c, int64_t now, int64_t when) {
   if (when == PAST_NS || now < when)
     return;
-  uint64_t late = (uint64_t)(now - when);
+  uint64_t late = (uint64_t)now - (uint64_t)when; /* no signed overflow */
   c->late[late_bucket(late)]++;
   c->late_n++;
   if (late > c->late_max_ns)
@@ -589,7 +615,8 @@ static Py_ssize_t run_batch(core *c) {
       Py_DECREF(h);
       continue;
     }
-    record_lateness(c, now, h->when_ns);
+    if (!h->overdue)
+      record_lateness(c, now, h->when_ns);
     c->fired++;
     ran++;
     PyObject *cb, *args, *ctx;
@@ -600,19 +627,23 @@ static Py_ssize_t run_batch(core *c) {
     } else {
       cb = Py_NewRef(h->callback), args = Py_XNewRef(h->args), ctx = Py_XNewRef(h->context);
     }
+    /* `running` stays set through everything that can run Python code
+     * (the handler, the releases), so a close() or cancel() meanwhile
+     * still finds the handle; the re-arm decision comes after all of it. */
     c->running = h;
-    PyObject *r = invoke(c, cb, args, ctx);
-    c->running = NULL;
+    PyObject *r = invoke(c, cb, args, ctx, &isolated);
     if (r)
       Py_DECREF(r);
     else if (c->manual && !PyErr_ExceptionMatches(PyExc_Exception))
       fatal = fetch_exc();
     else
-      report_callback_error(c, h);
+      report_callback_error(c, owner, h);
     Py_DECREF(cb);
     Py_XDECREF(args);
     Py_XDECREF(ctx);
-    if (h->interval_ns && h->state == H_PENDING && !c->closed)
+    bool again = h->interval_ns && h->state == H_PENDING && !c->closed;
+    c->running = NULL;
+    if (again)
       rearm(c, h);
     else
       Py_DECREF(h);
@@ -650,8 +681,13 @@ static Py_ssize_t run_batch(core *c) {
 /* ------------------------------------------------------------------ */
 /* the wheel thread's hooks (see driver.h)                             */
 
+/* True on every wheel thread: a close() there must not wait for a thread,
+ * which could be waiting for this one. */
+static _Thread_local bool on_wheel_thread;
+
 static void hook_start(pw_driver *Py_UNUSED(d), void *arg) {
   core *c = arg;
+  on_wheel_thread = true;
   /* One thread state for the thread's whole life; creating it needs no GIL.
    * Made here, so that it is bound to this OS thread. */
   c->tstate = PyThreadState_New(c->interp);
@@ -836,6 +872,10 @@ static PyObject *wheel_make(PyTypeObject *type, PyObject *args, PyObject *kw, bo
     PyErr_SetString(PyExc_ValueError, "start must be a finite number of seconds >= 0");
     return NULL;
   }
+  if (!manual && shutting_down) {
+    PyErr_SetString(PyExc_RuntimeError, "the interpreter is exiting: no new Wheel threads");
+    return NULL;
+  }
   modstate *st = state_of_type(type);
   if (!st)
     return NULL;
@@ -926,9 +966,12 @@ static void wheel_dealloc(WheelObject *self) {
   Py_DECREF(tp);
 }
 
-/* context=None captures the caller's context, as asyncio does; while that is
- * empty (no variable set) NULL stands for it, sparing an object per timer. */
-static int capture_context(PyObject *context, PyObject **out) {
+/* context=None captures the caller's context, as asyncio does.  For a
+ * one-shot timer, while that context is empty (no variable set) NULL stands
+ * for it, sparing an object per timer: the run gets a fresh empty context,
+ * which nobody can tell from a copy of an empty one.  A repeating timer
+ * always gets a real copy, which its runs share. */
+static int capture_context(PyObject *context, bool repeating, PyObject **out) {
   *out = NULL;
   if (context && context != Py_None) {
     if (!PyContext_CheckExact(context)) {
@@ -940,11 +983,13 @@ static int capture_context(PyObject *context, PyObject **out) {
     return 0;
   }
   PyObject *cur = PyThreadState_Get()->context;
-  if (!cur)
-    return 0;
-  Py_ssize_t n = PyObject_Length(cur);
-  if (n <= 0)
-    return (int)n;
+  if (!repeating) {
+    if (!cur)
+      return 0;
+    Py_ssize_t n = PyObject_Length(cur);
+    if (n <= 0)
+      return (int)n;
+  }
   *out = PyContext_CopyCurrent();
   return *out ? 0 : -1;
 }
@@ -1003,7 +1048,7 @@ static PyObject *schedule(WheelObject *self, int64_t when_ns, int64_t interval_n
   if (c->closed) /* checked last: converting the delay could have closed it */
     return closed_error(c);
   PyObject *context, *tuple = NULL;
-  if (capture_context(context_o, &context) < 0)
+  if (capture_context(context_o, interval_ns != 0, &context) < 0)
     return NULL;
   if (nargs > 2 && !(tuple = PyTuple_New(nargs - 2))) {
     Py_XDECREF(context);
@@ -1026,6 +1071,15 @@ static PyObject *schedule(WheelObject *self, int64_t when_ns, int64_t interval_n
   h->interval_ns = interval_ns;
   h->core = c;
   h->state = H_PENDING;
+  /* Lateness measures the wheel, not a deadline that was past already. */
+  h->overdue = when_ns < core_now_ns(c);
+  /* The allocations above can start a collection whose __del__ code closes
+   * the wheel: look again before linking. */
+  if (c->closed) {
+    h->state = H_CANCELLED;
+    Py_DECREF(h);
+    return closed_error(c);
+  }
   Py_INCREF(h); /* the wheel's */
   pw_driver_lock(&c->drv);
   pw_driver_add_locked(&c->drv, &h->node, deadline_tick(c, when_ns));
@@ -1112,7 +1166,7 @@ static int wait_thread(core *c, int64_t timeout_ns) {
 static PyObject *close_and_wait(WheelObject *self, int64_t timeout) {
   core *c = self->core;
   PyObject *list = close_core(c, NULL, true);
-  if (!c->manual && c->drv.started && PyThreadState_Get() != c->tstate) {
+  if (!c->manual && c->drv.started && !on_wheel_thread) {
     Py_INCREF(self); /* keeps the core while the GIL is released */
     int r = wait_thread(c, timeout);
     Py_DECREF(self);
@@ -1223,8 +1277,10 @@ static PyObject *wheel_repr(WheelObject *self) {
 static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
   core *c = self->core;
   pw_driver *d = &c->drv;
-  if (c->running || d->batch_pos < d->batch_n) {
-    PyErr_SetString(PyExc_RuntimeError, "a ManualWheel cannot be advanced from its own callback");
+  if (c->advancing) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this ManualWheel is already advancing (a ManualWheel cannot be advanced "
+                    "from its own callbacks, nor from two threads at once)");
     return NULL;
   }
   if (target_ns == NEVER_NS) {
@@ -1238,6 +1294,7 @@ static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
   pw_tick_t last = pw_tick_floor(target_ns, d->tick_ns);
   Py_ssize_t ran = 0;
   Py_INCREF(self);
+  c->advancing = PyThread_get_thread_ident();
   for (;;) {
     pw_driver_lock(d);
     pw_tick_t next = pw_wheel_next(&d->wheel);
@@ -1253,11 +1310,13 @@ static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
       c->manual_ns = at_ns;
     Py_ssize_t r = run_batch(c);
     if (r < 0) {
+      c->advancing = 0;
       Py_DECREF(self);
       return NULL;
     }
     ran += r;
   }
+  c->advancing = 0;
   c->manual_ns = target_ns;
   pw_driver_lock(d);
   pw_wheel_advance(&d->wheel, last);
@@ -1316,11 +1375,16 @@ static PyObject *mod_shutdown(PyObject *Py_UNUSED(m), PyObject *arg) {
   double grace = PyFloat_AsDouble(arg);
   if (grace == -1.0 && PyErr_Occurred())
     return NULL;
+  int64_t grace_ns = !(grace > 0) ? 0 : grace >= 9e9 ? NEVER_NS : (int64_t)(grace * 1e9);
   core **all = registry_snapshot();
   if (!all)
     return NULL;
+  PyInterpreterState *me = PyInterpreterState_Get();
+  shutting_down = true;
   for (core **p = all; *p; p++) {
     core *c = *p;
+    if (c->interp != me)
+      continue; /* another interpreter's wheel: its own atexit stops it */
     if (c->owner && !c->closed) {
       PyObject *owner = Py_NewRef(c->owner);
       close_core(c, "the interpreter is exiting", false);
@@ -1332,12 +1396,12 @@ static PyObject *mod_shutdown(PyObject *Py_UNUSED(m), PyObject *arg) {
   /* One grace period for all: a callback still running when it ends is
    * left to the interpreter, which stops such threads when they next ask
    * for the GIL.  The thread never asks once finalization has begun. */
-  int64_t end = add_sat(pw_clock_ns(), (int64_t)(grace * 1e9));
+  int64_t end = add_sat(pw_clock_ns(), grace_ns);
   for (core **p = all; *p; p++) {
     core *c = *p;
-    if (!c->manual && c->drv.started) {
-      int64_t left = end - pw_clock_ns();
-      Py_BEGIN_ALLOW_THREADS pw_driver_wait_exited(&c->drv, left > 0 ? left : 0);
+    if (!c->manual && c->drv.started && c->interp == me) {
+      int64_t left = end == NEVER_NS ? -1 : end - pw_clock_ns();
+      Py_BEGIN_ALLOW_THREADS pw_driver_wait_exited(&c->drv, left == -1 ? -1 : left > 0 ? left : 0);
       Py_END_ALLOW_THREADS
     }
   }
@@ -1347,43 +1411,93 @@ static PyObject *mod_shutdown(PyObject *Py_UNUSED(m), PyObject *arg) {
   Py_RETURN_NONE;
 }
 
-static PyObject *mod_before_fork(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
-  /* Hold every core's mutex across fork(), so the child's copies are in a
-   * known state.  Order: GIL, registry, cores; the threads take a core's
-   * mutex only without the GIL and never the registry while holding one. */
+/*
+ * fork.  The C handlers run inside fork() itself, with no Python code in
+ * between: prepare holds the registry and every core's mutex across the
+ * fork, so the child's copies are consistent, and the child's handler gives
+ * it fresh ones before any Python code (another at-fork hook, a collection
+ * traversing a wheel) could block on them.  It also marks the cores that
+ * existed at fork; the Python-level hook (os.register_at_fork, run later
+ * with the GIL) closes those and only those.  Lock order as everywhere: the
+ * threads take a core's mutex without the GIL and never the registry while
+ * holding one.
+ */
+static void atfork_prepare(void) {
   pthread_mutex_lock(&registry_mu);
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
     pw_driver_lock(&c->drv);
-  Py_RETURN_NONE;
 }
 
-static PyObject *mod_after_fork_parent(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
+static void atfork_parent(void) {
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
     pw_driver_unlock(&c->drv);
   pthread_mutex_unlock(&registry_mu);
-  Py_RETURN_NONE;
+}
+
+static void atfork_child(void) {
+  pthread_mutex_init(&registry_mu, NULL);
+  for (core *c = registry.reg_next; c != &registry; c = c->reg_next) {
+    c->forked = true;
+    c->thread_alive_at_fork = c->drv.started && !c->drv.exited;
+    c->fork_own_thread = c->thread_alive_at_fork && pthread_equal(c->drv.thread, pthread_self());
+    bool stop = c->drv.stop;
+    pw_driver_after_fork_child(&c->drv); /* fresh mutex; no thread here */
+    if (c->manual) {
+      c->drv.stop = stop;
+      c->drv.exited = false;
+    } else if (c->fork_own_thread) {
+      c->drv.exited = false; /* it is this thread: it leaves after its batch */
+    }
+  }
+}
+
+static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+/* Puts a batch's unstarted handles back in the wheel (a cancelled one's
+ * batch reference is dropped): for a ManualWheel whose advancing thread
+ * vanished in a fork. */
+static void batch_put_back(core *c) {
+  pw_driver *d = &c->drv;
+  size_t from = d->batch_pos, to = d->batch_n;
+  pw_driver_lock(d);
+  for (size_t i = from; i < to; i++) {
+    if (handle_of(d->batch[i])->state == H_PENDING) {
+      pw_wheel_put(&d->wheel, d->batch[i]);
+      d->batch[i] = NULL;
+    }
+  }
+  d->batch_pos = to;
+  pw_driver_unlock(d);
+  for (size_t i = from; i < to; i++)
+    if (d->batch[i])
+      Py_DECREF(handle_of(d->batch[i]));
 }
 
 static PyObject *mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
-  pthread_mutex_init(&registry_mu, NULL);
-  PyThreadState *me = PyThreadState_Get();
-  size_t n = 0;
-  for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
-    n++;
-  core **orphans = PyMem_RawCalloc(n + 1, sizeof *orphans);
-  size_t k = 0;
-  for (core *c = registry.reg_next; c != &registry; c = c->reg_next) {
+  core **all = registry_snapshot();
+  if (!all)
+    return NULL;
+  PyInterpreterState *me = PyInterpreterState_Get();
+  unsigned long self_ident = PyThread_get_thread_ident();
+  for (core **p = all; *p; p++) {
+    core *c = *p;
+    if (!c->forked || c->interp != me)
+      continue;
+    c->forked = false;
     if (c->manual) {
-      pw_driver_after_fork_child(&c->drv); /* no thread: it goes on working */
-      c->drv.stop = c->drv.exited = false;
+      /* No thread to lose, unless another thread was advancing it. */
+      if (c->advancing && c->advancing != self_ident) {
+        c->running = NULL; /* its references belonged to the vanished thread */
+        batch_put_back(c);
+        c->advancing = 0;
+        /* entered by that thread, so never again enterable: start afresh */
+        c->empty_ctx = NULL;
+      }
       continue;
     }
-    bool on_wheel_thread = c->tstate && c->tstate == me;
-    pw_driver_after_fork_child(&c->drv);
-    if (on_wheel_thread) {
+    if (c->fork_own_thread) {
       /* fork() was called by one of this wheel's callbacks: this thread is
-       * that wheel's, and its runner finishes the batch as usual. */
-      c->drv.exited = false;
+       * the wheel's, and its runner finishes the batch as usual. */
       if (c->owner)
         close_core(c, "the process forked from one of its callbacks", false);
       continue;
@@ -1392,19 +1506,19 @@ static PyObject *mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
     if (c->owner) {
       PyObject *owner = Py_NewRef(c->owner);
       close_core(c, "it belongs to the parent process; create a new Wheel in the child", false);
-      c->running = NULL; /* its references belonged to the vanished thread */
-      /* The batch's references belonged to the thread too. */
-      for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
-        Py_DECREF(handle_of(c->drv.batch[i]));
-      c->drv.batch_pos = c->drv.batch_n;
       Py_DECREF(owner);
     }
-    if (orphans)
-      orphans[k++] = c; /* drop the vanished thread's reference, below */
+    c->running = NULL; /* its references belonged to the vanished thread */
+    /* So did the batch's: close_core took its own for the unstarted ones. */
+    for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
+      Py_DECREF(handle_of(c->drv.batch[i]));
+    c->drv.batch_pos = c->drv.batch_n;
+    if (c->thread_alive_at_fork)
+      core_decref(c); /* the vanished thread's reference */
   }
-  for (size_t i = 0; i < k; i++)
-    core_decref(orphans[i]);
-  PyMem_RawFree(orphans);
+  for (core **p = all; *p; p++)
+    core_decref(*p);
+  PyMem_RawFree(all);
   Py_RETURN_NONE;
 }
 
@@ -1515,8 +1629,6 @@ static PyType_Spec manual_spec = {
 
 static PyMethodDef module_methods[] = {
     {"_shutdown", mod_shutdown, METH_O, "atexit hook: close every wheel, wait out a grace."},
-    {"_before_fork", mod_before_fork, METH_NOARGS, NULL},
-    {"_after_fork_parent", mod_after_fork_parent, METH_NOARGS, NULL},
     {"_after_fork_child", mod_after_fork_child, METH_NOARGS, NULL},
     {"_fail_alloc_after", mod_fail_alloc_after, METH_O,
      "Test hook: make the n-th next handle allocation fail (0 disables)."},
@@ -1524,6 +1636,8 @@ static PyMethodDef module_methods[] = {
 };
 
 static int module_exec(PyObject *m) {
+  static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+  pthread_once(&atfork_once, register_atfork);
   modstate *st = PyModule_GetState(m);
   st->handle_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &handle_spec, NULL);
   if (!st->handle_type || PyModule_AddType(m, st->handle_type) < 0)

@@ -28,8 +28,6 @@ def _shutdown() -> None:
 from . import _core  # noqa: E402  (the hooks below need the module itself)
 
 _atexit.register(_shutdown)
-_os.register_at_fork(
-    before=_core._before_fork,
-    after_in_parent=_core._after_fork_parent,
-    after_in_child=_core._after_fork_child,
-)
+# The C extension holds its locks across fork() itself (pthread_atfork); this
+# hook closes, in the child, the wheels whose threads stayed in the parent.
+_os.register_at_fork(after_in_child=_core._after_fork_child)

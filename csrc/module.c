@@ -417,6 +417,12 @@ static PyObject *handle_when(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   return PyFloat_FromDouble(ns_to_s(h->when_ns));
 }
 
+static PyObject *handle_get_context(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
+  /* NULL stands for an empty context (see capture_context): a new empty one
+   * is indistinguishable from a copy of it. */
+  return h->context ? Py_NewRef(h->context) : PyContext_New();
+}
+
 static PyObject *handle_get_interval(HandleObject *h, void *Py_UNUSED(closure)) {
   if (!h->interval_ns)
     Py_RETURN_NONE;
@@ -450,6 +456,8 @@ static PyMethodDef handle_methods[] = {
      "cancel() -> bool\n--\n\nStop the timer. True if this call stopped a future run."},
     {"cancelled", (PyCFunction)handle_cancelled, METH_NOARGS,
      "cancelled() -> bool\n--\n\nTrue once cancel() succeeded or the wheel was closed."},
+    {"get_context", (PyCFunction)handle_get_context, METH_NOARGS,
+     "get_context() -> contextvars.Context\n--\n\nThe context the callback runs in."},
     {"when", (PyCFunction)handle_when, METH_NOARGS,
      "when() -> float\n--\n\nExact deadline of the next (or last) run, wheel clock seconds."},
     {NULL},

@@ -1376,6 +1376,43 @@ static PyObject *manual_advance_to_next(WheelObject *self, PyObject *Py_UNUSED(i
   return manual_run_until(self, ns);
 }
 
+/* The event-loop flavour of advance: time jumps to `when` and everything
+ * due by then runs as one batch, as on a threaded wheel; what those
+ * callbacks schedule, even for a time already past, waits for the next
+ * call.  A loop calling this once per iteration can never be starved by a
+ * timer that keeps rescheduling itself at zero delay. */
+static PyObject *manual_run_due(WheelObject *self, PyObject *arg) {
+  core *c = self->core;
+  pw_driver *d = &c->drv;
+  int64_t when;
+  if (seconds_to_ns(arg, "when", &when) < 0)
+    return NULL;
+  if (c->advancing) {
+    PyErr_SetString(PyExc_RuntimeError, "this ManualWheel is already advancing");
+    return NULL;
+  }
+  if (when == NEVER_NS) {
+    PyErr_SetString(PyExc_ValueError, "cannot advance time to infinity");
+    return NULL;
+  }
+  if (when < c->manual_ns) {
+    PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
+    return NULL;
+  }
+  c->manual_ns = when;
+  if (c->closed)
+    return PyLong_FromLong(0);
+  pw_driver_lock(d);
+  pw_driver_collect_locked(d, pw_tick_floor(when, d->tick_ns));
+  pw_driver_unlock(d);
+  Py_INCREF(self);
+  c->advancing = PyThread_get_thread_ident();
+  Py_ssize_t r = run_batch(c);
+  c->advancing = 0;
+  Py_DECREF(self);
+  return r < 0 ? NULL : PyLong_FromSsize_t(r);
+}
+
 /* ------------------------------------------------------------------ */
 /* process-wide hooks: atexit and fork (registered by pywheel/__init__) */
 
@@ -1581,6 +1618,10 @@ static PyMethodDef manual_methods[] = {
     {"next_deadline", (PyCFunction)manual_next_deadline, METH_NOARGS,
      "next_deadline() -> float | None\n--\n\n"
      "Time at which the next callback runs (its tick), or None if nothing will."},
+    {"run_due", (PyCFunction)manual_run_due, METH_O,
+     "run_due(when) -> int\n--\n\n"
+     "Move time to `when` and run everything due by then as one batch (the event-loop "
+     "flavour of advance_to: what those callbacks schedule waits for the next call)."},
     {"advance_to_next", (PyCFunction)manual_advance_to_next, METH_NOARGS,
      "advance_to_next() -> int\n--\n\nJump to next_deadline() and run what is due there."},
     {NULL},

@@ -99,8 +99,8 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
 
         The same steps as asyncio's loop, with the wheel in place of the
         heap; timers run (in deadline order) right after the I/O wait, and
-        callbacks they make ready wait for the next iteration, as on the
-        stock loop."""
+        the callbacks and timers they schedule wait for the next iteration,
+        as on the stock loop."""
         wheel = self._wheel
         if self._ready or self._stopping:
             timeout = 0.0
@@ -113,7 +113,9 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         self._process_events(self._selector.select(timeout))
         ntodo = len(self._ready)
         now = self.time()
-        wheel.advance_to(now if now > wheel.time() else wheel.time())
+        # One batch: a timer scheduled by a timer callback waits for the next
+        # iteration, so a zero-delay timer loop cannot starve I/O.
+        wheel.run_due(now if now > wheel.time() else wheel.time())
         ready = self._ready
         debug = self._debug
         for _ in range(ntodo):

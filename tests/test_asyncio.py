@@ -6,6 +6,7 @@ threaded wheel), on WheelEventLoop (its own wheel) and on uvloop if present.
 """
 
 import asyncio
+import contextlib
 import contextvars
 import gc
 import sys
@@ -229,6 +230,27 @@ def test_debug_mode_works(run):
     run(main, debug=True)
 
 
+def test_zero_delay_timer_loop_does_not_starve_io(run):
+    # A timer that keeps rescheduling itself at zero delay must leave room
+    # for the rest of the loop, as on the stock loop.
+    async def main():
+        loop = asyncio.get_running_loop()
+        spins = 0
+
+        def spin():
+            nonlocal spins
+            spins += 1
+            loop.call_later(0, spin)
+
+        loop.call_later(0, spin)
+        t0 = time.monotonic()
+        await asyncio.sleep(0.05)  # must come back although spin never stops
+        return spins, time.monotonic() - t0
+
+    spins, elapsed = run(main)
+    assert spins > 10 and elapsed < 5
+
+
 def test_close_cancels_pending_timers():
     loop = pwa.WheelEventLoop()
     h = loop.call_later(10, print)
@@ -406,7 +428,7 @@ def test_helper_timeout_matches_asyncio_timeout(hrun):
 
 
 def test_bridge_delivers_a_batch_with_one_threadsafe_call():
-    # 500 sleeps due together on the stock loop: the shared wheel fires them
+    # 500 timeouts due together on the stock loop: the shared wheel fires them
     # in one batch and the loop is woken once (or a handful of times), not
     # once per timer.
     async def main():
@@ -420,8 +442,14 @@ def test_bridge_delivers_a_batch_with_one_threadsafe_call():
             return real(*a, **k)
 
         loop.call_soon_threadsafe = counting
-        when = loop.time() + 0.05
-        await asyncio.gather(*[pwa.sleep(when - loop.time()) for _ in range(500)])
+        when = loop.time() + 0.05  # one deadline for all: one batch
+
+        async def request():
+            with contextlib.suppress(TimeoutError):
+                async with pwa.timeout_at(when):
+                    await asyncio.sleep(5)
+
+        await asyncio.gather(*[request() for _ in range(500)])
         return calls
 
     calls = asyncio.run(main())

@@ -78,7 +78,10 @@ static void file(pw_wheel *w, pw_timer *t) {
     return;
   }
   int s = slot_of(d, level);
-  list_append(&w->slot[level][s], &t->link);
+  pw_link *h = &w->slot[level][s];
+  if (!list_empty(h) && before(t, timer_of(h->prev)))
+    w->unsorted[level] |= (uint64_t)1 << s;
+  list_append(h, &t->link);
   w->occupied[level] |= (uint64_t)1 << s;
 }
 
@@ -89,7 +92,7 @@ void pw_wheel_init(pw_wheel *w, pw_tick_t now) {
   w->next_seq = 0;
   w->count = 0;
   for (int l = 0; l < PW_LEVELS; l++) {
-    w->occupied[l] = 0;
+    w->occupied[l] = w->unsorted[l] = 0;
     for (int s = 0; s < PW_SLOTS; s++)
       list_init(&w->slot[l][s]);
   }
@@ -124,8 +127,10 @@ bool pw_wheel_cancel(pw_wheel *w, pw_timer *t) {
     } else {
       int s = slot_of(d, level);
       list_unlink(&t->link);
-      if (list_empty(&w->slot[level][s]))
+      if (list_empty(&w->slot[level][s])) {
         w->occupied[level] &= ~((uint64_t)1 << s);
+        w->unsorted[level] &= ~((uint64_t)1 << s);
+      }
     }
     if (w->next_valid && d == w->next_cached)
       w->next_valid = false;
@@ -161,12 +166,24 @@ void pw_wheel_advance(pw_wheel *w, pw_tick_t now) {
       int to = (int)((now >> shift) & (PW_SLOTS - 1));
       mask = ((((uint64_t)2) << to) - 1) & ~((((uint64_t)1) << from) - 1);
     }
-    uint64_t m = w->occupied[l] & mask;
+    uint64_t m = w->occupied[l] & mask, unsorted = w->unsorted[l] & m;
     w->occupied[l] &= ~m;
+    w->unsorted[l] &= ~m;
     while (m) {
       int s = __builtin_ctzll(m);
       m &= m - 1;
-      list_splice(&todo, &w->slot[l][s]);
+      pw_link *h = &w->slot[l][s];
+      /* A slot in order whose last timer is due is due whole: it joins the
+       * expired list in O(1), however many timers it holds (the mass
+       * expiry of timers scheduled for one moment). */
+      if (!((unsorted >> s) & 1) && timer_of(h->prev)->deadline <= now) {
+        if (w->expired_sorted && !list_empty(&w->expired) &&
+            before(timer_of(h->next), timer_of(w->expired.prev)))
+          w->expired_sorted = false;
+        list_splice(&w->expired, h);
+      } else {
+        list_splice(&todo, h);
+      }
     }
   }
   if ((old >> (PW_LEVELS * PW_LEVEL_BITS)) != (now >> (PW_LEVELS * PW_LEVEL_BITS)))
@@ -373,6 +390,12 @@ int pw_wheel_check(const pw_wheel *w, char *msg, size_t msglen) {
       bool bit = (w->occupied[lv] >> s) & 1;
       if (bit != (n > 0))
         FAIL("level %d slot %d: bitmap says %d, list holds %zu", lv, s, bit, n);
+      if (((w->unsorted[lv] >> s) & 1) && !n)
+        FAIL("level %d slot %d: empty but marked unsorted", lv, s);
+      if (!((w->unsorted[lv] >> s) & 1))
+        for (const pw_link *l = h->next; l != h && l->next != h; l = l->next)
+          if (before(timer_of(l->next), timer_of((pw_link *)l)))
+            FAIL("level %d slot %d: marked sorted but out of order", lv, s);
       total += n;
       if (min < wheel_min)
         wheel_min = min;

@@ -47,6 +47,7 @@ typedef struct pw_wheel {
   uint64_t next_seq;
   size_t count; /* timers linked anywhere in the wheel, expired ones included */
   uint64_t occupied[PW_LEVELS];
+  uint64_t unsorted[PW_LEVELS]; /* slots not in (deadline, seq) order */
   pw_link slot[PW_LEVELS][PW_SLOTS];
   pw_link overflow;
   pw_link expired;

@@ -90,6 +90,7 @@ typedef struct {
   PyTypeObject *handle_type;
   PyTypeObject *wheel_type;
   PyTypeObject *manual_type;
+  bool exited; /* the atexit hook ran: no new wheel threads, no more waiting */
 } modstate;
 
 static inline HandleObject *handle_of(pw_timer *t) {
@@ -106,10 +107,6 @@ static inline double ns_to_s(int64_t ns) {
 
 /* ------------------------------------------------------------------ */
 /* the registry of live cores: process-wide, because atexit and fork are */
-
-/* Set once the atexit hook ran: a threaded wheel made after it would have
- * nobody to stop it before finalization. */
-static bool shutting_down;
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static core registry = {.reg_next = &registry, .reg_prev = &registry};
@@ -165,7 +162,15 @@ static core **registry_snapshot(void) {
 /* Seconds (int or float, or anything with __float__) to nanoseconds,
  * rounded to nearest and saturated at NEVER_NS / PAST_NS. */
 static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
-  if (PyLong_CheckExact(o) || (PyLong_Check(o) && !PyFloat_Check(o))) {
+  if (!PyLong_Check(o) && !PyFloat_Check(o) && PyIndex_Check(o)) {
+    PyObject *i = PyNumber_Index(o); /* an integer type of a library's own */
+    if (!i)
+      return -1;
+    int r = seconds_to_ns(i, what, out);
+    Py_DECREF(i);
+    return r;
+  }
+  if (PyLong_Check(o)) {
     int overflow;
     long long s = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (s == -1 && PyErr_Occurred())
@@ -182,8 +187,19 @@ static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
     return -1;
   }
   double d = PyFloat_AsDouble(o);
-  if (d == -1.0 && PyErr_Occurred())
-    return -1;
+  if (d == -1.0 && PyErr_Occurred()) {
+    /* Beyond a double's range (a huge Fraction): saturate like a huge int. */
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+      return -1;
+    PyErr_Clear();
+    PyObject *zero = PyLong_FromLong(0);
+    int positive = zero ? PyObject_RichCompareBool(o, zero, Py_GT) : -1;
+    Py_XDECREF(zero);
+    if (positive < 0)
+      return -1;
+    *out = positive ? NEVER_NS : PAST_NS;
+    return 0;
+  }
   if (isnan(d)) {
     PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
     return -1;
@@ -880,13 +896,15 @@ static PyObject *wheel_make(PyTypeObject *type, PyObject *args, PyObject *kw, bo
     PyErr_SetString(PyExc_ValueError, "start must be a finite number of seconds >= 0");
     return NULL;
   }
-  if (!manual && shutting_down) {
-    PyErr_SetString(PyExc_RuntimeError, "the interpreter is exiting: no new Wheel threads");
-    return NULL;
-  }
   modstate *st = state_of_type(type);
   if (!st)
     return NULL;
+  if (!manual && st->exited) {
+    /* A threaded wheel made now would have nobody to stop it before
+     * finalization. */
+    PyErr_SetString(PyExc_RuntimeError, "the interpreter is exiting: no new Wheel threads");
+    return NULL;
+  }
   WheelObject *self = (WheelObject *)type->tp_alloc(type, 0);
   if (!self)
     return NULL;
@@ -1174,7 +1192,10 @@ static int wait_thread(core *c, int64_t timeout_ns) {
 static PyObject *close_and_wait(WheelObject *self, int64_t timeout) {
   core *c = self->core;
   PyObject *list = close_core(c, NULL, true);
-  if (!c->manual && c->drv.started && !on_wheel_thread) {
+  /* No waiting on a wheel thread (it could be waiting for this one), nor
+   * once the atexit hook ran: its grace is over, and a thread still in a
+   * callback then may die in the interpreter's take_gil without a word. */
+  if (!c->manual && c->drv.started && !on_wheel_thread && !state_of_type(Py_TYPE(self))->exited) {
     Py_INCREF(self); /* keeps the core while the GIL is released */
     int r = wait_thread(c, timeout);
     Py_DECREF(self);
@@ -1416,7 +1437,7 @@ static PyObject *manual_run_due(WheelObject *self, PyObject *arg) {
 /* ------------------------------------------------------------------ */
 /* process-wide hooks: atexit and fork (registered by pywheel/__init__) */
 
-static PyObject *mod_shutdown(PyObject *Py_UNUSED(m), PyObject *arg) {
+static PyObject *mod_shutdown(PyObject *m, PyObject *arg) {
   double grace = PyFloat_AsDouble(arg);
   if (grace == -1.0 && PyErr_Occurred())
     return NULL;
@@ -1425,7 +1446,7 @@ static PyObject *mod_shutdown(PyObject *Py_UNUSED(m), PyObject *arg) {
   if (!all)
     return NULL;
   PyInterpreterState *me = PyInterpreterState_Get();
-  shutting_down = true;
+  ((modstate *)PyModule_GetState(m))->exited = true;
   for (core **p = all; *p; p++) {
     core *c = *p;
     if (c->interp != me)
@@ -1685,6 +1706,12 @@ static PyMethodDef module_methods[] = {
 };
 
 static int module_exec(PyObject *m) {
+  /* fork and exit are process-wide, and so are the wheel threads: one
+   * interpreter owns them.  (3.12+ says so with Py_mod_multiple_interpreters.) */
+  if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+    PyErr_SetString(PyExc_ImportError, "pywheel._core cannot be loaded in a subinterpreter");
+    return -1;
+  }
   static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
   pthread_once(&atfork_once, register_atfork);
   modstate *st = PyModule_GetState(m);

@@ -176,11 +176,15 @@ class ManualMachine(RuleBasedStateMachine):
         self.w.set_exception_handler(self._on_error)
         self.events = 0  # a clock of scheduling and running events
         self.info = {}  # id -> dict(when, sched_ns, sched_ev, interval, first, cancelled)
-        self.runs = []  # (id, run_ns, when_ns, event) in the order they ran
+        self.runs = []  # (id, run_ns, when_ns, event, sched_event) in the order they ran
         self.errors = []
         self.handle_of = {}
         self.in_callback = False
         self.settled_ev = 0  # event count when the last advance returned
+        self.checked = 0  # runs before this index were checked
+        self.group_start = 0  # first run of the latest run time
+        self.seen = {}  # id -> event of its latest run
+        self.last_run_ev = {}  # repeating id -> event of its latest run
 
     def _on_error(self, wheel, context):
         self.errors.append(context)
@@ -196,7 +200,13 @@ class ManualMachine(RuleBasedStateMachine):
         def callback():
             h = self.handle_of[ident]
             self.events += 1
-            self.runs.append((ident, self.w.time_ns(), round(h.when() * 1e9), self.events))
+            # the scheduling this run answers: the first, or the re-arm after
+            # the previous run
+            sched_ev = self.last_run_ev.get(ident, self.info[ident]["sched_ev"])
+            self.last_run_ev[ident] = self.events
+            self.runs.append(
+                (ident, self.w.time_ns(), round(h.when() * 1e9), self.events, sched_ev)
+            )
             if action:
                 self.in_callback = True
                 try:
@@ -284,25 +294,33 @@ class ManualMachine(RuleBasedStateMachine):
 
     @invariant()
     def contract(self):
+        """Checks the runs since the last check (each run is checked once, so
+        long runs stay linear), then completeness and the counters."""
         now = self.w.time_ns()
-        seen = {}
-        for ident, run_ns, when_ns, ev in self.runs:
+        for j in range(self.checked, len(self.runs)):
+            ident, run_ns, when_ns, ev, sched_ev = self.runs[j]
             info = self.info[ident]
             assert run_ns >= when_ns, "ran early"
             if info["interval"] is None:
-                assert ident not in seen, "a one-shot ran twice"
+                assert ident not in self.seen, "a one-shot ran twice"
                 assert when_ns == info["when"]
-                # at its own tick, or at once if scheduled into the past
-                assert run_ns == max(self.tick_time(when_ns), info["sched_ns"])
             else:
                 k, rem = divmod(when_ns - info["first"], info["interval"])
                 assert rem == 0 and k >= 0, "repeating run off first + k*interval"
-                assert run_ns == max(self.tick_time(when_ns), info["sched_ns"])
-            seen[ident] = ev
-        # order: timers run in (run time, exact deadline, scheduling) order,
-        # among those that were pending together
-        for a, b in zip(self.runs, self.runs[1:], strict=False):
-            assert a[1] <= b[1], "time went backwards between runs"
+            # at its own tick, or at once if scheduled into the past
+            assert run_ns == max(self.tick_time(when_ns), info["sched_ns"])
+            self.seen[ident] = ev
+            if j and self.runs[j - 1][1] != run_ns:
+                assert self.runs[j - 1][1] < run_ns, "time went backwards between runs"
+                self.group_start = j
+            # order inside one tick: of two runs whose timers were both
+            # pending when the batch began, the earlier exact deadline (then
+            # the earlier scheduling) ran first
+            for i in range(self.group_start, j):
+                _, _, wa, eva, sa = self.runs[i]
+                if self.pending_at_batch_start(ident, sched_ev, eva, run_ns):
+                    assert (wa, sa) < (when_ns, sched_ev), f"run {i} and {j} out of order"
+        self.checked = len(self.runs)
         # completeness: a live one-shot whose tick had come by the end of the
         # last advance has run (one scheduled since is not due till the next)
         for ident, info in self.info.items():
@@ -312,49 +330,24 @@ class ManualMachine(RuleBasedStateMachine):
                 and info["sched_ev"] <= self.settled_ev
             ):
                 due = max(self.tick_time(info["when"]), info["sched_ns"]) <= now
-                assert due == (ident in seen), f"timer {ident} due={due} ran={ident in seen}"
+                ran = ident in self.seen
+                assert due == ran, f"timer {ident} due={due} ran={ran}"
         s = self.w.stats()
         assert s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]
         assert s["fired"] == len(self.runs)
         assert not self.errors, self.errors
 
-    @invariant()
-    def same_tick_order(self):
-        # Within one tick, of two runs whose timers were both scheduled
-        # before the first of them ran, the earlier exact deadline ran first
-        # (ties: scheduling order).
-        by_time = {}
-        for pos, (ident, run_ns, when_ns, ev) in enumerate(self.runs):
-            by_time.setdefault(run_ns, []).append((pos, ident, when_ns, ev))
-        for group in by_time.values():
-            for i, (_, ia, wa, eva) in enumerate(group):
-                for _, ib, wb, evb in group[i + 1 :]:
-                    sa, sb = self.sched_event(ia, eva), self.sched_event(ib, evb)
-                    if self.pending_at_batch_start(ib, sb, eva):
-                        assert (wa, sa) < (wb, sb), f"{ia} ran before {ib} out of order"
-
-    def pending_at_batch_start(self, ident, sched_ev, run_ev):
+    def pending_at_batch_start(self, ident, sched_ev, run_ev, run_ns):
         """Was this scheduling pending when the batch that ran event run_ev
-        began?  A timer scheduled by a callback of that batch (into the past
-        or onto the current tick) belongs to the next batch, by contract; a
-        re-armed repeating timer's next run is at least a tick later."""
+        (at time run_ns) began?  A timer scheduled by a callback of that batch
+        (into the past or onto the current tick) belongs to the next batch, by
+        contract; a re-armed repeating timer's next run is a tick later."""
         info = self.info[ident]
-        if sched_ev > run_ev:
+        if sched_ev > run_ev or info["interval"] is not None:
             return False
-        run_ns = next(r[1] for r in self.runs if r[3] == run_ev)
-        if info["interval"] is None and sched_ev == info["sched_ev"]:
-            if info["from_callback"]:
-                return info["sched_ns"] < run_ns
-            return info["sched_ns"] <= run_ns
-        return False
-
-    def sched_event(self, ident, run_ev):
-        """Event at which the run that happened at run_ev was scheduled."""
-        info = self.info[ident]
-        if info["interval"] is None:
-            return info["sched_ev"]
-        prev = [ev for i, _, _, ev in self.runs if i == ident and ev < run_ev]
-        return prev[-1] if prev else info["sched_ev"]
+        if info["from_callback"]:
+            return info["sched_ns"] < run_ns
+        return info["sched_ns"] <= run_ns
 
     def teardown(self):
         pending = self.w.close()

@@ -86,25 +86,46 @@ void pw_driver_add_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline) {
   }
 }
 
-size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
+/* Pops every expired timer into the batch.  False if the array could not
+ * grow: the rest stays expired in the wheel for the next batch. */
+static bool pop_expired(pw_driver *d, size_t *n) {
   pw_wheel *w = &d->wheel;
-  pw_wheel_advance(w, now);
-  size_t n = 0;
-  pw_tick_t last = 0;
   while (pw_wheel_next(w) <= w->now) {
-    pw_tick_t next = pw_wheel_next(w);
-    if (n >= BATCH_SOFT_MAX && next != last)
-      break;
-    if (n == d->batch_cap) {
+    if (*n == d->batch_cap) {
       pw_timer **grown = realloc(d->batch, 2 * d->batch_cap * sizeof *grown);
       if (!grown)
-        break; /* the rest stays expired in the wheel for the next batch */
+        return false;
       d->batch = grown;
       d->batch_cap *= 2;
     }
-    pw_timer *t = pw_wheel_pop(w);
-    last = t->deadline;
-    d->batch[n++] = t;
+    d->batch[(*n)++] = pw_wheel_pop(w);
+  }
+  return true;
+}
+
+/*
+ * A wheel that fell behind is walked one due tick at a time, as a manual
+ * clock would be: each step expires a single tick's timers, which the wheel
+ * hands out already in order, where one jump over many ticks would mix the
+ * slots of several levels on the expired list and make it sort everything
+ * still expired, at every batch, for as long as it stays behind.
+ */
+size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
+  pw_wheel *w = &d->wheel;
+  size_t n = 0;
+  for (;;) {
+    pw_tick_t next = pw_wheel_next(w);
+    if (next > now) {
+      pw_wheel_advance(w, now); /* nothing more is due: time catches up */
+      break;
+    }
+    if (next > w->now) {
+      if (n >= BATCH_SOFT_MAX)
+        break; /* at a tick boundary: the rest make the next batch */
+      pw_wheel_advance(w, next);
+    }
+    if (!pop_expired(d, &n))
+      break;
   }
   d->batch_n = n;
   d->batch_pos = 0;
@@ -133,15 +154,19 @@ static void *thread_main(void *arg) {
   pthread_mutex_lock(&d->mu);
   while (!d->stop) {
     pw_tick_t now = pw_tick_floor(pw_clock_ns(), d->tick_ns);
-    pw_wheel_advance(&d->wheel, now);
     pw_tick_t next = pw_wheel_next(&d->wheel);
     if (next <= now) {
       pw_driver_collect_locked(d, now);
       pthread_mutex_unlock(&d->mu);
+      /* Callbacks run with the creator's signal mask, so that a process
+       * they start does not inherit "every signal blocked". */
+      pthread_sigmask(SIG_SETMASK, &d->run_mask, NULL);
       d->hooks.run(d, d->hooks.arg);
+      pthread_sigmask(SIG_SETMASK, &d->wait_mask, NULL);
       pthread_mutex_lock(&d->mu);
       continue;
     }
+    pw_wheel_advance(&d->wheel, now);
     struct timespec until;
     d->sleep_until = next;
     if (next != PW_TICK_MAX && tick_time(next, d->tick_ns, &until))
@@ -152,6 +177,7 @@ static void *thread_main(void *arg) {
     d->wakeups++;
   }
   pthread_mutex_unlock(&d->mu);
+  pthread_sigmask(SIG_SETMASK, &d->run_mask, NULL);
   if (d->hooks.stop)
     d->hooks.stop(d, d->hooks.arg);
   pthread_mutex_lock(&d->mu);
@@ -175,6 +201,8 @@ int pw_driver_start(pw_driver *d) {
    * them (Python handles them in the main thread only). */
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
+  d->wait_mask = all;
+  d->run_mask = old;
   d->started = true;
   /* under mu: the thread may read d->thread (a fork handler may) at once */
   pthread_mutex_lock(&d->mu);

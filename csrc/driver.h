@@ -6,6 +6,9 @@
  * driver makes no wake-ups at all.  Only a newly scheduled earliest deadline,
  * or a stop, signals it.  On waking it pops every due timer into a batch,
  * drops its mutex and hands the batch to a hook.  It knows nothing of Python.
+ * Every signal is blocked while it waits, so signals go to the threads that
+ * expect them; the hook runs with the creating thread's mask, which processes
+ * started from it then inherit.
  *
  * The same struct serves a wheel without a thread (manual time): the owner
  * then calls pw_driver_collect_locked() itself.
@@ -17,6 +20,7 @@
 #define PW_DRIVER_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -40,7 +44,9 @@ struct pw_driver {
   int64_t tick_ns;
   pw_tick_t sleep_until; /* tick the thread sleeps toward, 0 while it is awake */
   bool started, stop, exited;
-  pthread_t thread; /* valid once started */
+  pthread_t thread;   /* valid once started */
+  sigset_t wait_mask; /* every signal: while waiting and collecting */
+  sigset_t run_mask;  /* the creator's: while the run and stop hooks run */
   /* Due timers popped by the last collection, in (tick, seq) order.  The
    * owner consumes batch[batch_pos..batch_n); the array is rewritten only by
    * the next collection. */
@@ -55,7 +61,7 @@ int pw_driver_init(pw_driver *d, int64_t tick_ns, int64_t now_ns, const pw_drive
  * Returns 0, -EINVAL for tick_ns < 1, or -ENOMEM / another -errno. */
 
 int pw_driver_start(pw_driver *d);
-/* Starts the detached thread with every signal blocked.  0 or -errno. */
+/* Starts the detached thread (see the signal masks above).  0 or -errno. */
 
 void pw_driver_fini(pw_driver *d);
 /* Frees what init set up.  The thread must have exited or never started. */

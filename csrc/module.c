@@ -100,7 +100,7 @@ static inline HandleObject *handle_of(pw_timer *t) {
 static inline double ns_to_s(int64_t ns) {
   if (ns == NEVER_NS)
     return Py_HUGE_VAL;
-  if (ns == PAST_NS)
+  if (ns <= PAST_NS + 1) /* call_every(first=-inf) is anchored at PAST_NS + 1 */
     return -Py_HUGE_VAL;
   return (double)ns / 1e9;
 }

@@ -617,6 +617,28 @@ static void record_lateness(core *c, int64_t now, int64_t when) {
     c->late_max_ns = late;
 }
 
+/* Puts a batch's unstarted handles back in the wheel, in their places: for
+ * a ManualWheel whose callback raised KeyboardInterrupt, or whose advancing
+ * thread vanished in a fork.  The batch's reference to a cancelled one is
+ * dropped once nothing of the batch is read any more (a __del__ could cancel
+ * a handle just put back). */
+static void batch_put_back(core *c) {
+  pw_driver *d = &c->drv;
+  size_t from = d->batch_pos, to = d->batch_n;
+  pw_driver_lock(d);
+  for (size_t i = from; i < to; i++) {
+    if (handle_of(d->batch[i])->state == H_PENDING) {
+      pw_wheel_put(&d->wheel, d->batch[i]);
+      d->batch[i] = NULL;
+    }
+  }
+  d->batch_pos = to;
+  pw_driver_unlock(d);
+  for (size_t i = from; i < to; i++)
+    if (d->batch[i])
+      Py_DECREF(handle_of(d->batch[i]));
+}
+
 /* Runs d->batch[batch_pos..batch_n) in exact deadline order.  Returns how
  * many callbacks started.  On a ManualWheel a callback raising something
  * that is not an Exception (KeyboardInterrupt, SystemExit) ends the batch:
@@ -674,24 +696,8 @@ static Py_ssize_t run_batch(core *c) {
     if (fatal)
       break;
   }
-  if (fatal) {
-    /* The unstarted rest go back to the wheel; the batch's reference to a
-     * cancelled one is dropped once nothing of the batch is read any more
-     * (a __del__ could cancel a handle just put back). */
-    size_t from = d->batch_pos, to = d->batch_n;
-    pw_driver_lock(d);
-    for (size_t i = from; i < to; i++) {
-      if (handle_of(d->batch[i])->state == H_PENDING) {
-        pw_wheel_put(&d->wheel, d->batch[i]);
-        d->batch[i] = NULL;
-      }
-    }
-    d->batch_pos = to;
-    pw_driver_unlock(d);
-    for (size_t i = from; i < to; i++)
-      if (d->batch[i])
-        Py_DECREF(handle_of(d->batch[i]));
-  }
+  if (fatal)
+    batch_put_back(c);
   if (isolated)
     empty_ctx_exit(c);
   Py_XDECREF(owner);
@@ -1518,26 +1524,6 @@ static void atfork_child(void) {
 }
 
 static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
-
-/* Puts a batch's unstarted handles back in the wheel (a cancelled one's
- * batch reference is dropped): for a ManualWheel whose advancing thread
- * vanished in a fork. */
-static void batch_put_back(core *c) {
-  pw_driver *d = &c->drv;
-  size_t from = d->batch_pos, to = d->batch_n;
-  pw_driver_lock(d);
-  for (size_t i = from; i < to; i++) {
-    if (handle_of(d->batch[i])->state == H_PENDING) {
-      pw_wheel_put(&d->wheel, d->batch[i]);
-      d->batch[i] = NULL;
-    }
-  }
-  d->batch_pos = to;
-  pw_driver_unlock(d);
-  for (size_t i = from; i < to; i++)
-    if (d->batch[i])
-      Py_DECREF(handle_of(d->batch[i]));
-}
 
 static PyObject *mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
   core **all = registry_snapshot();

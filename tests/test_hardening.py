@@ -24,13 +24,13 @@ import random
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import tracemalloc
 import weakref
 
 import pytest
+from helpers import run_script, thread_count
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -55,23 +55,6 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.002) -> bool:
 def conserved(w) -> bool:
     s = w.stats()
     return s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]
-
-
-def thread_count() -> int:
-    return len(os.listdir("/proc/self/task"))
-
-
-def run_script(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-    )
 
 
 class Recorder:

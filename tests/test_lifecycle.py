@@ -3,34 +3,15 @@ with a timeout (exit, fork), or watches the wheel's own thread (drop, idle)."""
 
 import gc
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
 import pytest
+from helpers import run_script, thread_count
 
 import pywheel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_script(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-    )
-
-
-def thread_count() -> int:
-    return len(os.listdir("/proc/self/task"))
 
 
 def wait_for(predicate, timeout: float = 5.0) -> bool:

@@ -6,7 +6,7 @@ CFLAGS_C = -std=c11 -O2 -g -Wall -Wextra -Werror -Icsrc
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
-.PHONY: build test test-c tsan sanitize valgrind demo lint fmt clean
+.PHONY: build test test-c tsan sanitize valgrind demo bench lint fmt clean
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -47,6 +47,11 @@ valgrind:
 
 demo: build
 	$(PYTHON) -m pywheel
+
+# The full side-by-side run (tens of minutes); --quick takes about a minute.
+bench: build
+	$(PYTHON) -m benchmarks --out benchmarks/results
+	$(PYTHON) -m benchmarks.asyncio_timeouts
 
 lint:
 	ruff check .

@@ -1,0 +1,584 @@
+"""Markdown tables, the issue's targets checked against this run, and the plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PW = "pywheel"
+FLOOR_C = "floor: C call"
+FLOOR_PY = "floor: Py call from C"
+ORDER = [FLOOR_C, FLOOR_PY, PW, "asyncio", "uvloop", "sched", "heapq tuples", "threading.Timer"]
+
+
+def _recs(records, workload, impl=None, n=None):
+    return [
+        r
+        for r in records
+        if r.get("workload") == workload
+        and (impl is None or r.get("impl") == impl)
+        and (n is None or r.get("n") == n)
+    ]
+
+
+def _get(records, workload, impl, n=None, key="ns"):
+    for r in _recs(records, workload, impl, n):
+        if r.get(key) is not None:
+            return r[key]
+    return None
+
+
+def _impls(records, workload):
+    seen = {r["impl"] for r in _recs(records, workload)}
+    return [i for i in ORDER if i in seen] + sorted(seen - set(ORDER))
+
+
+def _ns_list(records, workload):
+    return sorted({r["n"] for r in _recs(records, workload)})
+
+
+def _n(n: int) -> str:
+    e = len(str(n)) - 1
+    return f"1e{e}" if n == 10**e else f"{n:,}"
+
+
+def _fmt(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "–"
+    if x >= 100:
+        s = f"{x:,.0f}"
+    elif x >= 10:
+        s = f"{x:.1f}"
+    else:
+        s = f"{x:.2f}"
+    return s + unit
+
+
+def _x(r: float | None) -> str:
+    return "–" if r is None else (f"{r:.0f}×" if r >= 100 else f"{r:.1f}×")
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------
+# targets (issue 5)
+
+
+def targets(records: list[dict], cfg) -> list[dict]:
+    out = []
+
+    def add(target, measured, ok):
+        out.append({"target": target, "measured": measured, "ok": ok})
+
+    def ratio(a, b):
+        return None if a is None or b is None or b == 0 else a / b
+
+    ns = _ns_list(records, "schedule")
+    if ns:
+        lo, hi = ns[0], ns[-1]
+        per_n = [
+            (n, ratio(_get(records, "schedule", PW, n), _get(records, "schedule", FLOOR_C, n)))
+            for n in ns
+        ]
+        vals = [r for _, r in per_n if r is not None]
+        add(
+            "call_later ≤ 6× the floor at every N",
+            ", ".join(f"{_n(n)}: {_x(r)}" for n, r in per_n),
+            None if not vals else all(r <= 6 for r in vals),
+        )
+        for n, want in ((10**3, 10), (10**6, 15)):
+            if n not in ns:
+                continue
+            r = ratio(_get(records, "schedule", "asyncio", n), _get(records, "schedule", PW, n))
+            rs = ratio(_get(records, "setup", "asyncio", n), _get(records, "setup", PW, n))
+            add(
+                f"call_later ≥ {want}× faster than asyncio at N={_n(n)}",
+                f"{_x(r)} (steady state); {_x(rs)} over the whole fill 0→N incl. GC",
+                None if r is None else r >= want,
+            )
+        if 10**3 in ns:
+            for peer, want in (("asyncio", 8), ("uvloop", 3)):
+                r = ratio(_get(records, "pair", peer, 10**3), _get(records, "pair", PW, 10**3))
+                add(
+                    f"call_later+cancel ≥ {want}× faster than {peer} at N=1e3",
+                    _x(r) if r else f"{peer} not measured",
+                    None if r is None else r >= want,
+                )
+        if hi > lo:
+            for wl in ("schedule", "pair", "cancel"):
+                r = ratio(_get(records, wl, PW, hi), _get(records, wl, PW, lo))
+                add(
+                    f"flat cost: {wl} at N={_n(hi)} ≤ 1.3× N={_n(lo)}",
+                    _x(r),
+                    None if r is None else r <= 1.3,
+                )
+    g_pw, g_as = _recs(records, "gc", PW), _recs(records, "gc", "asyncio")
+    if g_pw and g_as:
+        a, b = g_pw[0], g_as[0]
+        r = a["collect_ms"] / b["collect_ms"]
+        add(
+            f"gc.collect() with {_n(a['n'])} pending ≤ 25% of asyncio's",
+            f"{r:.0%} ({a['collect_ms']:.1f} ms vs {b['collect_ms']:.1f} ms; "
+            f"{a['baseline_ms']:.1f} ms with nothing pending)",
+            r <= 0.25,
+        )
+    if g_pw:
+        a = g_pw[0]
+        add(
+            f"gen-2 collections while scheduling {_n(a['n'])} timers: a handful (≤ 5)",
+            f"{a['fill_gen2']} (asyncio: {g_as[0]['fill_gen2'] if g_as else '–'})",
+            a["fill_gen2"] <= 5,
+        )
+    fire = [(r["n"], r["rate"]) for r in _recs(records, "fire_all", PW) if r.get("rate")]
+    if fire:
+        big = [x for x in fire if x[0] >= 10**5] or fire
+        best = max(big, key=lambda x: x[1])
+        add(
+            "firing ≥ 10 M callbacks/s in large batches",
+            ", ".join(f"{_n(n)}: {rate / 1e6:.2f} M/s" for n, rate in fire),
+            best[1] >= 10e6,
+        )
+    m = _recs(records, "memory", PW)
+    if m and "traced_bytes" in m[0]:
+        a = _recs(records, "memory", "asyncio")
+        add(
+            "memory ≤ 112 B per pending timer incl. its handle",
+            f"{m[0]['traced_bytes']:.0f} B traced, {m[0]['rss_bytes']:.0f} B RSS "
+            f"(asyncio: {a[0].get('traced_bytes', 0):.0f} B traced)"
+            if a
+            else f"{m[0]['traced_bytes']:.0f} B traced, {m[0]['rss_bytes']:.0f} B RSS",
+            m[0]["traced_bytes"] <= 112,
+        )
+    idle = _recs(records, "idle", PW)
+    if idle:
+        add(
+            "idle: zero wake-ups/s with nothing pending or only far-future timers",
+            "; ".join(
+                f"{r['case']}: {r['wakeups_per_s']:.2f} wake-ups/s, "
+                f"{r['ctx_per_s']:.2f} ctx switches/s"
+                for r in idle
+            ),
+            all(r["wakeups_per_s"] == 0 for r in idle),
+        )
+    li = _recs(records, "late_idle", PW)
+    if li:
+        r = li[0]
+        limit = r["tick_us"] + 200
+        add(
+            "lateness, idle main thread: p99 < 1 tick + 200 µs",
+            f"p99 {r['p99_us']:.0f} µs (wheel's own histogram: {r['wheel_p99_us']:.0f} µs), "
+            f"limit {limit:.0f} µs",
+            r["p99_us"] < limit,
+        )
+    lb = _recs(records, "late_busy", PW)
+    if lb:
+        r = lb[0]
+        add(
+            "lateness, CPU-bound main thread: bounded by the 5 ms switch interval (report)",
+            f"p50 {r['p50_us']:.0f} µs, p99 {r['p99_us']:.0f} µs, max {r['max_us']:.0f} µs",
+            None,
+        )
+    st = _recs(records, "stress", PW)
+    if st:
+        r = st[0]
+        add(
+            "stress: ≥ 4 M repeating-job invocations/s sustained",
+            f"{r['second_half'] / 1e6:.2f} M/s over the second half "
+            f"({r['invocations_per_s'] / 1e6:.2f} M/s over the whole run)",
+            r["second_half"] >= 4e6,
+        )
+        add(
+            "stress: bytes per invocation ≈ 0, gen-2 collections ≈ 0",
+            f"{r['net_bytes_per_invocation']:.2f} B/invocation held, gen2 = {r['gen2']}",
+            r["net_bytes_per_invocation"] < 1 and r["gen2"] <= 1,
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# markdown
+
+
+def markdown(doc: dict) -> str:
+    rec = doc["results"]
+    m = doc["machine"]
+    parts = [
+        f"# pywheel benchmarks ({doc['mode']} mode)",
+        "",
+        f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['implementation']} "
+        f"{m['python']}; {m['platform']}; pywheel {m['commit']}; {m['date']}; load average "
+        f"{m['loadavg_start'][0]:.2f} at start, {m.get('loadavg_end', [0])[0]:.2f} at end; "
+        f"the run took {m.get('elapsed_s', 0):.0f} s.",
+        "",
+    ]
+    t = doc.get("targets") or []
+    if t:
+        parts += [
+            "## Targets (issue 5)",
+            "",
+            _table(
+                ["target", "measured", "result"],
+                [
+                    [
+                        x["target"],
+                        x["measured"],
+                        {True: "met", False: "**missed**", None: "reported"}[x["ok"]],
+                    ]
+                    for x in t
+                ],
+            ),
+            "",
+        ]
+
+    titles = {
+        "schedule": "call_later with N pending (ns per call)",
+        "pair": "call_later + cancel pairs with N pending (ns per pair)",
+        "cancel": "cancel with N pending (ns per cancel)",
+    }
+    for wl, title in titles.items():
+        ns = _ns_list(rec, wl)
+        if not ns:
+            continue
+        rows = []
+        for impl in _impls(rec, wl):
+            row = [impl]
+            for n in ns:
+                v = _get(rec, wl, impl, n)
+                f, p = _get(rec, wl, FLOOR_C, n), _get(rec, wl, PW, n)
+                if v is None:
+                    row.append("–")
+                elif impl.startswith("floor"):
+                    row.append(_fmt(v, " ns"))
+                elif impl == PW:
+                    row.append(f"{_fmt(v, ' ns')} · {_x(v / f) if f else '–'} F")
+                else:
+                    row.append(
+                        f"{_fmt(v, ' ns')} · {_x(v / f) if f else '–'} F · "
+                        f"**{_x(v / p) if p else '–'}** pw"
+                    )
+            rows.append(row)
+        parts += [
+            f"## {title}",
+            "",
+            _table(["implementation"] + [f"N={_n(n)}" for n in ns], rows),
+            "",
+        ]
+    parts += [
+        "F = multiple of the pre-bound no-op C call (the floor) in the same loop; "
+        "**pw** = how many times pywheel's cost (higher: pywheel faster). "
+        "Median of the rounds; GC on.",
+        "",
+    ]
+
+    ns = _ns_list(rec, "setup")
+    if ns:
+        rows = []
+        for impl in _impls(rec, "setup"):
+            row = [impl]
+            for n in ns:
+                r = next(iter(_recs(rec, "setup", impl, n)), None)
+                if r is None:
+                    row.append("–")
+                    continue
+                td = _get(rec, "teardown", impl, n)
+                row.append(
+                    f"{_fmt(r['ns'], ' ns')} ({r['faults_per_op'] * 1000:.0f} pf/1k, "
+                    f"{r['gen2']} gen2) / {_fmt(td, ' ns')}"
+                )
+            rows.append(row)
+        parts += [
+            "## Setup and teardown: filling 0 → N, then closing (ns per timer)",
+            "",
+            _table(["implementation"] + [f"N={_n(n)}" for n in ns], rows),
+            "",
+            "Fill cost includes GC and first-touch page faults (pf/1k = minor faults "
+            "per 1000 timers, gen2 = full collections during the fill); after the "
+            "slash: teardown per pending timer.",
+            "",
+        ]
+
+    for wl, title in (
+        ("fire_all", "Firing: N timers due at once (callbacks per second)"),
+        ("fire_spread", "Firing: N timers spread over one second"),
+    ):
+        ns = _ns_list(rec, wl)
+        if not ns:
+            continue
+        rows = []
+        for impl in _impls(rec, wl):
+            row = [impl]
+            for n in ns:
+                r = next(iter(_recs(rec, wl, impl, n)), None)
+                if r is None:
+                    row.append("–")
+                elif wl == "fire_all":
+                    p = _get(rec, wl, PW, n, "rate")
+                    cell = f"{r['rate'] / 1e6:.2f} M/s"
+                    if r.get("rate_e2e"):
+                        cell += f" ({r['rate_e2e'] / 1e6:.2f})"
+                    if p and impl not in (PW,) and not impl.startswith("floor"):
+                        cell += f" · **{_x(p / r['rate'])}** pw"
+                    row.append(cell)
+                else:
+                    row.append(
+                        f"{_fmt(r['end_late_ms'], ' ms')} late · {_fmt(r['cpu_ns'], ' ns')} CPU"
+                    )
+            rows.append(row)
+        parts += [
+            f"## {title}",
+            "",
+            _table(["implementation"] + [f"N={_n(n)}" for n in ns], rows),
+            "",
+        ]
+        if wl == "fire_all":
+            parts += [
+                "Rate from the first callback to the last (no-op Python callbacks); in "
+                "parentheses, from the moment all were due to the last callback (this "
+                "includes gathering the batch). **pw** = pywheel's rate over the peer's "
+                "(first to last). The floors are calls in a tight loop.",
+                "",
+            ]
+        else:
+            parts += [
+                "How late the last callback ran after the second ended, and process "
+                "CPU per callback (all threads).",
+                "",
+            ]
+
+    g = _recs(rec, "gc")
+    if g:
+        a = _get(rec, "gc", "asyncio", key="collect_ms")
+        rows = [
+            [
+                r["impl"],
+                _fmt(r["collect_ms"], " ms"),
+                f"{r['collect_ms'] / a:.0%}" if a else "–",
+                _fmt(r["baseline_ms"], " ms"),
+                f"{r['fill_gen0']}/{r['fill_gen1']}/{r['fill_gen2']}",
+                _fmt(r["fill_gc_ms"], " ms"),
+            ]
+            for r in g
+        ]
+        parts += [
+            f"## Garbage collector with N={_n(g[0]['n'])} pending",
+            "",
+            _table(
+                [
+                    "implementation",
+                    "gc.collect()",
+                    "vs asyncio",
+                    "nothing pending",
+                    "collections gen0/1/2 during fill",
+                    "GC time during fill",
+                ],
+                rows,
+            ),
+            "",
+        ]
+
+    mem = _recs(rec, "memory")
+    if mem:
+        p = _get(rec, "memory", PW, key="traced_bytes")
+        rows = []
+        for r in mem:
+            if "error" in r:
+                rows.append([r["impl"], "error", "", "", _n(r["n"])])
+                continue
+            rows.append(
+                [
+                    r["impl"],
+                    _fmt(r["traced_bytes"], " B"),
+                    _fmt(r["rss_bytes"], " B"),
+                    _x(r["traced_bytes"] / p) if p else "–",
+                    _n(r["n"]),
+                ]
+            )
+        parts += [
+            "## Memory per pending timer",
+            "",
+            _table(["implementation", "tracemalloc", "RSS", "vs pywheel", "N"], rows),
+            "",
+            "A fresh interpreter per implementation; handles dropped by the caller "
+            "(the scheduler keeps them).",
+            "",
+        ]
+
+    li, lb = _recs(rec, "late_idle"), _recs(rec, "late_busy")
+    if li or lb:
+        rows = []
+        for impl in _impls(rec, "late_idle") or _impls(rec, "late_busy"):
+            cells = [impl]
+            for wl in ("late_idle", "late_busy"):
+                r = next(iter(_recs(rec, wl, impl)), None)
+                cells.append(
+                    "–"
+                    if r is None
+                    else f"{_fmt(r['p50_us'])} / {_fmt(r['p99_us'])} / {_fmt(r['max_us'])}"
+                    + (f" (min {_fmt(r['min_us'])})" if r and r["min_us"] < 0 else "")
+                )
+            note = next((x.get("note", "") for x in (li + lb) if x["impl"] == impl), "")
+            cells.append(note)
+            rows.append(cells)
+        n = (li or lb)[0]["n"]
+        parts += [
+            f"## Lateness (µs, p50 / p99 / max, {n} timers)",
+            "",
+            _table(["implementation", "idle main thread", "CPU-busy main thread", ""], rows),
+            "",
+            "Lateness = when the callback started minus its deadline, on the monotonic "
+            "clock. A negative min means it ran early.",
+            "",
+        ]
+
+    idle = _recs(rec, "idle")
+    if idle:
+        rows = [
+            [
+                r["impl"],
+                r["case"],
+                _fmt(r.get("wakeups_per_s")) if "wakeups_per_s" in r else "–",
+                _fmt(r.get("ctx_per_s")) if "ctx_per_s" in r else r.get("note", "–"),
+            ]
+            for r in idle
+        ]
+        parts += [
+            "## Idle wake-ups per second",
+            "",
+            _table(
+                ["implementation", "pending", "wheel wake-ups/s", "thread context switches/s"], rows
+            ),
+            "",
+        ]
+
+    st = _recs(rec, "stress")
+    if st:
+        rows = [
+            [
+                r["impl"],
+                f"{r['jobs']:,}",
+                _fmt(r["schedules_per_s"]),
+                f"{r['invocations_per_s'] / 1e6:.2f} M",
+                f"{r['second_half'] / 1e6:.2f} M",
+                f"{r['gen0']}/{r['gen1']}/{r['gen2']}",
+                _fmt(r["bytes_per_job"], " B"),
+                _fmt(r["net_bytes_per_invocation"], " B"),
+            ]
+            for r in st
+        ]
+        cfg = doc["config"]
+        parts += [
+            "## Scheduler stress (Akka.NET SchedulerThroughputStressTest)",
+            "",
+            _table(
+                [
+                    "implementation",
+                    "jobs scheduled",
+                    "schedules/s",
+                    "invocations/s",
+                    "invocations/s, 2nd half",
+                    "GC gen0/1/2",
+                    "bytes held per job",
+                    "bytes held per invocation",
+                ],
+                rows,
+            ),
+            "",
+            f"{cfg['stress_producers']} producers each schedule {cfg['stress_batch']} "
+            f"repeating jobs (every 20 ms, a no-op) then pause 40 ms, for "
+            f"{cfg['stress_s']} s. Bytes from a second, shorter run under tracemalloc "
+            "(live memory; what is allocated and freed within an invocation is not "
+            "seen).",
+            "",
+        ]
+
+    if doc.get("notes"):
+        parts += ["## Notes", ""] + [f"- {x}" for x in doc["notes"]] + [""]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# plot
+
+
+def plot(doc: dict, path: Path) -> str:
+    try:
+        import matplotlib
+    except ImportError:
+        return "matplotlib not installed: no plot (pip install matplotlib)"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rec = doc["results"]
+    spread = doc["config"].get("spread_s", 1.0)
+    panels = [
+        ("schedule", "call_later (ns/op)"),
+        ("pair", "call_later+cancel (ns/pair)"),
+        ("cancel", "cancel (ns/op)"),
+        ("setup", "fill 0→N incl. GC (ns/timer)"),
+        ("fire_all", "fire, all due at once (ns/callback)"),
+        ("fire_spread", f"fire, spread over {spread:g} s (CPU ns/callback)"),
+    ]
+    panels = [p for p in panels if _recs(rec, p[0])]
+    if not panels:
+        return "nothing to plot"
+    cols = 3 if len(panels) > 2 else len(panels)
+    rows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
+    colors = {
+        FLOOR_C: "0.45",
+        FLOOR_PY: "0.7",
+        PW: "C3",
+        "asyncio": "C0",
+        "uvloop": "C4",
+        "sched": "C5",
+        "heapq tuples": "C6",
+        "threading.Timer": "C8",
+    }
+    for ax, (wl, title) in zip(axes.flat, panels, strict=False):
+        key = "cpu_ns" if wl == "fire_spread" else "ns"
+        for i, impl in enumerate(_impls(rec, wl)):
+            pts = sorted(
+                (r["n"], r[key]) for r in _recs(rec, wl, impl) if r.get(key) and r.get(key) > 0
+            )
+            if not pts:
+                continue
+            st = dict(
+                marker=".",
+                ls="--" if impl.startswith("floor") else "-",
+                color=colors.get(impl, f"C{i % 10}"),
+            )
+            if impl == PW:
+                st.update(lw=2.5, marker="o")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=impl, **st)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("N pending")
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    handles, labels = {}, {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+            labels[lab] = lab
+    fig.legend(
+        list(handles.values()),
+        list(labels),
+        loc="lower center",
+        ncol=min(8, len(labels)),
+        fontsize=9,
+    )
+    m = doc["machine"]
+    fig.suptitle(
+        f"pywheel vs peers, cost per operation vs pending count ({doc['mode']}; "
+        f"{m['cpu']}, {m['cores']} cores, Python {m['python']})",
+        fontsize=11,
+    )
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return f"plot written to {path}"

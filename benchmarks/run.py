@@ -1,0 +1,185 @@
+"""Command line: plans the units of work, runs them, prints and saves the report."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from . import peers as P
+from . import report
+from . import workloads as W
+from .util import Progress, machine
+
+WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "stress"]
+
+
+def _parse_ns(text: str) -> list[int]:
+    return [int(float(x)) for x in text.split(",") if x.strip()]
+
+
+def build_plan(
+    cfg: W.Config, only: list[str], impls: set[str] | None, notes: list[str], records: list[dict]
+):
+    """Returns [(label, thunk)], each thunk returning a record or a list of them."""
+    plan = []
+
+    def wanted(name: str) -> bool:
+        return impls is None or name in impls or name.startswith("floor")
+
+    unavailable = {}
+    for cls in P.OP_PEERS:
+        why = cls().unavailable()
+        if why:
+            unavailable[cls.name] = why
+            notes.append(f"{cls.name}: skipped everywhere: {why}.")
+
+    def ok(name: str) -> bool:
+        return wanted(name) and name not in unavailable
+
+    if "ops" in only:
+        for n in cfg.ns:
+            for cls in P.OP_PEERS:
+                if not ok(cls.name):
+                    continue
+                if cls.max_n and n > cls.max_n:
+                    continue
+                plan.append((f"ops {cls.name} N={n:.0e}", lambda c=cls, n=n: W.op_unit(c, n, cfg)))
+        for cls in P.OP_PEERS:
+            if cls.max_n and any(n > cls.max_n for n in cfg.ns) and ok(cls.name):
+                notes.append(f"{cls.name}: measured only up to N={cls.max_n} (a thread per timer).")
+
+    if "fire" in only:
+        for spread in (False, True):
+            for n in cfg.fire_ns:
+                if not spread:
+                    plan.append((f"fire floors N={n:.0e}", lambda n=n: W.floor_fire_unit(n)))
+                for name, (_, cls) in P.FIRE_PEERS.items():
+                    top = cls.max_fire_n or cls.max_n
+                    if not ok(name) or (top and n > top):
+                        if ok(name) and top and n > top and not spread:
+                            notes.append(f"{name}: firing measured only up to N={top:.0e}.")
+                        continue
+
+                    def thunk(name=name, n=n, spread=spread, cls=cls):
+                        setup = next(
+                            (
+                                r["ns"]
+                                for r in records
+                                if r.get("workload") == "setup"
+                                and r["impl"] == name
+                                and r["n"] == n
+                            ),
+                            None,
+                        )
+                        est = (setup or cls.est_fill_ns) * n * 3 / 1e9
+                        if est > cfg.fire_budget_s:
+                            notes.append(
+                                f"{name}: fire at N={n:.0e} skipped (estimated "
+                                f"{est:.0f} s > budget {cfg.fire_budget_s:.0f} s)."
+                            )
+                            return []
+                        return W.fire_unit(name, n, spread, cfg, setup)
+
+                    kind = "spread" if spread else "all"
+                    plan.append((f"fire {kind} {name} N={n:.0e}", thunk))
+
+    if "gc" in only:
+        for cls in W.GC_PEERS:
+            if ok(cls.name):
+                plan.append((f"gc {cls.name} N={cfg.gc_n:.0e}", lambda c=cls: W.gc_unit(c, cfg)))
+
+    if "memory" in only:
+        classes = [c for c in W.MEM_PEERS if ok(c.name)]
+        if classes:
+            plan.append(("memory (a child process each)", lambda: W.mem_units(classes, cfg)))
+
+    if "lateness" in only:
+        for busy in (False, True):
+            for name in W.LATE_PEERS:
+                if ok(name):
+                    label = f"lateness {'busy' if busy else 'idle'} {name}"
+                    plan.append((label, lambda nm=name, b=busy: W.late_unit(nm, b, cfg)))
+
+    if "idle" in only:
+        for name in W.IDLE_PEERS:
+            if ok(name):
+                plan.append((f"idle {name}", lambda nm=name: W.idle_unit(nm, cfg)))
+
+    if "stress" in only:
+        for name in W.STRESS_PEERS:
+            if ok(name):
+                plan.append((f"stress {name}", lambda nm=name: W.stress_unit(nm, cfg)))
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="pywheel against asyncio, uvloop, sched, threading.Timer, a raw heapq "
+        "and two floors, side by side in one run.",
+    )
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="small N, under a minute")
+    mode.add_argument(
+        "--smoke", action="store_true", help="every workload once at tiny N (for the test suite)"
+    )
+    ap.add_argument("--out", type=Path, help="directory for results.json, results.md, plot.png")
+    ap.add_argument("--only", help=f"comma list of workloads: {','.join(WORKLOADS)}")
+    ap.add_argument("--impl", help="comma list of implementations (floors always run)")
+    ap.add_argument("--ns", help="override N for ops and fire, e.g. 1e3,1e5")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+
+    cfg = W.MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
+    if args.ns:
+        cfg.ns = cfg.fire_ns = _parse_ns(args.ns)
+    only = args.only.split(",") if args.only else WORKLOADS
+    bad = [w for w in only if w not in WORKLOADS]
+    if bad:
+        ap.error(f"unknown workload(s): {', '.join(bad)}")
+    impls = set(args.impl.split(",")) if args.impl else None
+    if not gc.isenabled():  # pragma: no cover
+        gc.enable()
+
+    t_start = time.monotonic()
+    info = machine()
+    notes: list[str] = []
+    records: list[dict] = []
+    plan = build_plan(cfg, only, impls, notes, records)
+    prog = Progress(len(plan), enabled=not args.no_progress)
+    for label, thunk in plan:
+        prog.step(label)
+        try:
+            out = thunk()
+        except Exception as e:  # a broken peer must not sink the whole run
+            traceback.print_exc(file=sys.stderr)
+            notes.append(f"{label}: failed: {e!r}")
+            out = []
+        records.extend(out if isinstance(out, list) else [out])
+    prog.close()
+    info["loadavg_end"] = os.getloadavg()
+    info["elapsed_s"] = round(time.monotonic() - t_start, 1)
+    doc = {
+        "machine": info,
+        "mode": cfg.mode,
+        "config": asdict(cfg),
+        "notes": notes,
+        "results": records,
+    }
+    doc["targets"] = report.targets(records, cfg)
+    md = report.markdown(doc)
+    print(md)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(doc, indent=1, default=str))
+        (args.out / "results.md").write_text(md)
+        msg = report.plot(doc, args.out / "plot.png")
+        print(msg, file=sys.stderr)
+    return 0

@@ -1,0 +1,83 @@
+"""The benchmark suite must not rot: run it at tiny sizes in a subprocess.
+
+`python -m benchmarks --smoke` runs every workload once at tiny N.  The first
+test hides the optional extras (uvloop, matplotlib, tqdm) so that the
+fallbacks run whatever is installed; the second runs the uvloop rows and the
+plot when those are installed.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HIDE = "import sys; [sys.modules.__setitem__(m, None) for m in ('uvloop', 'matplotlib', 'tqdm')]; "
+RUN = "import runpy; runpy.run_module('benchmarks', run_name='__main__')"
+
+
+def run(code: str, args: list[str], tmp_path: Path) -> tuple[str, dict]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    out = tmp_path / "out"
+    argv = ["benchmarks", *args, "--out", str(out)]
+    p = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.argv = {argv!r}; " + code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout + p.stderr, json.loads((out / "results.json").read_text())
+
+
+def test_smoke_every_workload_without_optional_extras(tmp_path):
+    text, doc = run(HIDE + RUN, ["--smoke"], tmp_path)
+    kinds = {r["workload"] for r in doc["results"]}
+    assert kinds >= {
+        "setup",
+        "schedule",
+        "pair",
+        "cancel",
+        "teardown",
+        "fire_all",
+        "fire_spread",
+        "gc",
+        "memory",
+        "late_idle",
+        "late_busy",
+        "idle",
+        "stress",
+    }
+    assert not [n for n in doc["notes"] if "failed" in n], doc["notes"]
+    assert not [r for r in doc["results"] if "error" in r]
+    assert "uvloop not importable" in text
+    assert "matplotlib not installed" in text
+    assert "## call_later with N pending" in text and "| pywheel |" in text
+    impls = {r["impl"] for r in doc["results"] if r["workload"] == "schedule"}
+    assert impls >= {
+        "floor: C call",
+        "floor: Py call from C",
+        "pywheel",
+        "asyncio",
+        "sched",
+        "heapq tuples",
+        "threading.Timer",
+    }
+    assert all(t["measured"] for t in doc["targets"])
+
+
+@pytest.mark.skipif(
+    not (importlib.util.find_spec("uvloop") and importlib.util.find_spec("matplotlib")),
+    reason="uvloop and matplotlib (the bench extra) not installed",
+)
+def test_smoke_uvloop_rows_and_plot(tmp_path):
+    text, doc = run(RUN, ["--smoke", "--only", "ops,stress", "--impl", "pywheel,uvloop"], tmp_path)
+    assert {r["impl"] for r in doc["results"] if r["workload"] == "pair"} >= {"uvloop", "pywheel"}
+    assert (tmp_path / "out" / "plot.png").stat().st_size > 10_000

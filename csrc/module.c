@@ -521,12 +521,17 @@ static int cmp_handles(const void *a, const void *b) {
 /* The wheel hands timers out in (tick, seq) order; within one tick the
  * contract is exact-deadline order.  Each tick's run is checked in one pass
  * and sorted only if it is out of order. */
+/* Handles of a large batch are cold: fetch a few ahead of each pass. */
+#define PREFETCH_AHEAD 8
+
 static void sort_exact(pw_timer **b, size_t n) {
   size_t i = 0;
   while (i < n) {
     size_t j = i + 1;
     bool sorted = true;
     while (j < n && b[j]->deadline == b[i]->deadline) {
+      if (j + PREFETCH_AHEAD < n)
+        __builtin_prefetch(b[j + PREFETCH_AHEAD]);
       if (sorted && cmp_exact(&b[j - 1], &b[j]) > 0)
         sorted = false;
       j++;
@@ -656,6 +661,8 @@ static Py_ssize_t run_batch(core *c) {
   Py_ssize_t ran = 0;
   PyObject *fatal = NULL;
   while (d->batch_pos < d->batch_n) {
+    if (d->batch_pos + PREFETCH_AHEAD < d->batch_n)
+      __builtin_prefetch(handle_of(d->batch[d->batch_pos + PREFETCH_AHEAD]));
     HandleObject *h = handle_of(d->batch[d->batch_pos++]);
     if (h->state != H_PENDING) {
       Py_DECREF(h);

@@ -1314,25 +1314,33 @@ static PyObject *wheel_repr(WheelObject *self) {
 /* ------------------------------------------------------------------ */
 /* ManualWheel: the same wheel, with time moved only by the caller      */
 
+/* Whether a ManualWheel may move its time to target_ns: forward, finite,
+ * and not while it is already advancing. */
+static int check_target(core *c, int64_t target_ns) {
+  if (c->advancing) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this ManualWheel is already advancing (a ManualWheel cannot be advanced "
+                    "from its own callbacks, nor from two threads at once)");
+    return -1;
+  }
+  if (target_ns == NEVER_NS) {
+    PyErr_SetString(PyExc_ValueError, "cannot advance time to infinity");
+    return -1;
+  }
+  if (target_ns < c->manual_ns) {
+    PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
+    return -1;
+  }
+  return 0;
+}
+
 /* Runs every timer due by target_ns, tick by tick, each batch at its own
  * tick with time() reading that tick; then time becomes target_ns. */
 static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
   core *c = self->core;
   pw_driver *d = &c->drv;
-  if (c->advancing) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "this ManualWheel is already advancing (a ManualWheel cannot be advanced "
-                    "from its own callbacks, nor from two threads at once)");
+  if (check_target(c, target_ns) < 0)
     return NULL;
-  }
-  if (target_ns == NEVER_NS) {
-    PyErr_SetString(PyExc_ValueError, "cannot advance time to infinity");
-    return NULL;
-  }
-  if (target_ns < c->manual_ns) {
-    PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
-    return NULL;
-  }
   pw_tick_t last = pw_tick_floor(target_ns, d->tick_ns);
   Py_ssize_t ran = 0;
   Py_INCREF(self);
@@ -1421,18 +1429,8 @@ static PyObject *manual_run_due(WheelObject *self, PyObject *arg) {
   int64_t when;
   if (seconds_to_ns(arg, "when", &when) < 0)
     return NULL;
-  if (c->advancing) {
-    PyErr_SetString(PyExc_RuntimeError, "this ManualWheel is already advancing");
+  if (check_target(c, when) < 0)
     return NULL;
-  }
-  if (when == NEVER_NS) {
-    PyErr_SetString(PyExc_ValueError, "cannot advance time to infinity");
-    return NULL;
-  }
-  if (when < c->manual_ns) {
-    PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
-    return NULL;
-  }
   c->manual_ns = when;
   if (c->closed)
     return PyLong_FromLong(0);

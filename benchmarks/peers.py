@@ -43,6 +43,25 @@ def fill_delays(n: int):
     return itertools.islice(itertools.cycle(POOL), n)
 
 
+def time_schedule(call_later, delays) -> int:
+    """ns to schedule a no-op at each delay: the loop every loop-like peer
+    (pywheel, asyncio, uvloop) is timed with, so they are timed alike."""
+    cb = nop
+    t = perf_ns()
+    for d in delays:
+        call_later(d, cb)
+    return perf_ns() - t
+
+
+def time_pair(call_later, delays) -> int:
+    """ns to schedule and at once cancel a no-op at each delay."""
+    cb = nop
+    t = perf_ns()
+    for d in delays:
+        call_later(d, cb).cancel()
+    return perf_ns() - t
+
+
 class Peer:
     name = "?"
     #: largest N it is measured at (None: every N)
@@ -193,18 +212,10 @@ class PyWheel(_RandomPool):
         return len(self.w)
 
     def schedule(self, delays):
-        cl, cb = self.w.call_later, nop
-        t = perf_ns()
-        for d in delays:
-            cl(d, cb)
-        return perf_ns() - t
+        return time_schedule(self.w.call_later, delays)
 
     def pair(self, delays):
-        cl, cb = self.w.call_later, nop
-        t = perf_ns()
-        for d in delays:
-            cl(d, cb).cancel()
-        return perf_ns() - t
+        return time_pair(self.w.call_later, delays)
 
 
 class UvLoop(_RandomPool):
@@ -254,18 +265,10 @@ class UvLoop(_RandomPool):
         self._spin()
 
     def schedule(self, delays):
-        cl, cb = self.loop.call_later, nop
-        t = perf_ns()
-        for d in delays:
-            cl(d, cb)
-        return perf_ns() - t
+        return time_schedule(self.loop.call_later, delays)
 
     def pair(self, delays):
-        cl, cb = self.loop.call_later, nop
-        t = perf_ns()
-        for d in delays:
-            cl(d, cb).cancel()
-        return perf_ns() - t
+        return time_pair(self.loop.call_later, delays)
 
 
 class _HeapTail(Peer):
@@ -337,18 +340,10 @@ class AsyncioLoop(_HeapTail):
         self.release(tail)
 
     def schedule(self, delays):
-        cl, cb = self.loop.call_later, nop
-        t = perf_ns()
-        for d in delays:
-            cl(d, cb)
-        return perf_ns() - t
+        return time_schedule(self.loop.call_later, delays)
 
     def pair(self, delays):
-        cl, cb = self.loop.call_later, nop
-        t = perf_ns()
-        for d in delays:
-            cl(d, cb).cancel()
-        return perf_ns() - t
+        return time_pair(self.loop.call_later, delays)
 
     def cancel(self, handles):
         t = perf_ns()

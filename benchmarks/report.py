@@ -57,6 +57,11 @@ def _x(r: float | None) -> str:
     return "–" if r is None else (f"{r:.0f}×" if r >= 100 else f"{r:.1f}×")
 
 
+def _n_section(title: str, ns: list, rows: list[list[str]]) -> list[str]:
+    """A titled table with one column per pending count N."""
+    return [f"## {title}", "", _table(["implementation"] + [f"N={_n(n)}" for n in ns], rows), ""]
+
+
 def _table(head: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -260,12 +265,7 @@ def markdown(doc: dict) -> str:
                         f"**{_x(v / p) if p else '–'}** pw"
                     )
             rows.append(row)
-        parts += [
-            f"## {title}",
-            "",
-            _table(["implementation"] + [f"N={_n(n)}" for n in ns], rows),
-            "",
-        ]
+        parts += _n_section(title, ns, rows)
     parts += [
         "F = multiple of the pre-bound no-op C call (the floor) in the same loop; "
         "**pw** = how many times pywheel's cost (higher: pywheel faster). "
@@ -327,12 +327,7 @@ def markdown(doc: dict) -> str:
                         f"{_fmt(r['end_late_ms'], ' ms')} late · {_fmt(r['cpu_ns'], ' ns')} CPU"
                     )
             rows.append(row)
-        parts += [
-            f"## {title}",
-            "",
-            _table(["implementation"] + [f"N={_n(n)}" for n in ns], rows),
-            "",
-        ]
+        parts += _n_section(title, ns, rows)
         if wl == "fire_all":
             parts += [
                 "Rate from the first callback to the last (no-op Python callbacks); in "

@@ -86,20 +86,34 @@ void pw_driver_add_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline) {
   }
 }
 
+/* Room for one more timer at batch[n]: false if the array cannot grow. */
+static bool batch_room(pw_driver *d, size_t n) {
+  if (n < d->batch_cap)
+    return true;
+  pw_timer **grown = realloc(d->batch, 2 * d->batch_cap * sizeof *grown);
+  if (!grown)
+    return false;
+  d->batch = grown;
+  d->batch_cap *= 2;
+  return true;
+}
+
 /* Pops every expired timer into the batch.  False if the array could not
  * grow: the rest stays expired in the wheel for the next batch. */
 static bool pop_expired(pw_driver *d, size_t *n) {
   pw_wheel *w = &d->wheel;
   while (pw_wheel_next(w) <= w->now) {
-    if (*n == d->batch_cap) {
-      pw_timer **grown = realloc(d->batch, 2 * d->batch_cap * sizeof *grown);
-      if (!grown)
-        return false;
-      d->batch = grown;
-      d->batch_cap *= 2;
-    }
+    if (!batch_room(d, *n))
+      return false;
     d->batch[(*n)++] = pw_wheel_pop(w);
   }
+  return true;
+}
+
+bool pw_driver_batch_append_locked(pw_driver *d, pw_timer *t) {
+  if (!batch_room(d, d->batch_n))
+    return false;
+  d->batch[d->batch_n++] = t;
   return true;
 }
 

@@ -78,6 +78,11 @@ size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now);
  * very large set, a prefix ending at a tick boundary).  Returns the count.
  * Caller holds mu. */
 
+bool pw_driver_batch_append_locked(pw_driver *d, pw_timer *t);
+/* Appends an unlinked timer to the batch after the last collection's,
+ * growing the array; false (nothing changed) if it cannot grow.  Caller holds
+ * mu.  For an owner that hands out timers by a rule of its own. */
+
 void pw_driver_stop(pw_driver *d);
 /* Asks the thread to leave its loop after the batch it is running. */
 

@@ -81,6 +81,12 @@ struct core {
   unsigned long advancing; /* ManualWheel: ident of the thread inside advance(), or 0 */
   const char *closed_why;
   int64_t manual_ns; /* ManualWheel's clock */
+  /* ManualWheel, for exact deadlines: while part_tick != 0, part_min is the
+   * least exact deadline among the linked timers of tick part_tick (NEVER_NS
+   * if none).  Kept by schedule and cancel, dropped when that tick is
+   * collected or timers are put back (see exact_min). */
+  pw_tick_t part_tick;
+  int64_t part_min;
   uint64_t scheduled, fired, cancelled, errors, skipped;
   uint64_t late_n, late_max_ns, late[LATE_BUCKETS];
   core *reg_next, *reg_prev;
@@ -159,26 +165,48 @@ static core **registry_snapshot(void) {
 /* ------------------------------------------------------------------ */
 /* conversions                                                         */
 
-/* Seconds (int or float, or anything with __float__) to nanoseconds,
- * rounded to nearest and saturated at NEVER_NS / PAST_NS. */
+/*
+ * The clock's range.  Every time and deadline is an int64 count of
+ * nanoseconds: about +-292 years (+-9223372036.85 s) around the clock's zero,
+ * the boot for time.monotonic().  inf and -inf stand for "never" and "the
+ * past"; a finite value outside the range is refused with OverflowError, as
+ * CPython's own time.sleep() and Event.wait() refuse theirs, rather than
+ * quietly becoming "never" (a deadline 300 years away is a bug in the
+ * caller more often than a wish).  Ints and floats agree on the boundary:
+ * an integral number of seconds is in range iff |s| <= 9223372036.
+ */
+static int out_of_range(const char *what) {
+  PyErr_Format(PyExc_OverflowError,
+               "%s is beyond the clock's range (|t| < 2**63 ns, about 9223372036.85 seconds; "
+               "use math.inf for never)",
+               what);
+  return -1;
+}
+
+/* Seconds (int, float, or anything with __index__ or __float__) to
+ * nanoseconds, rounded to nearest; +-inf to NEVER_NS / PAST_NS. */
 static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
   if (!PyLong_Check(o) && !PyFloat_Check(o) && PyIndex_Check(o)) {
     PyObject *i = PyNumber_Index(o); /* an integer type of a library's own */
-    if (!i)
+    if (i) {
+      int r = seconds_to_ns(i, what, out);
+      Py_DECREF(i);
+      return r;
+    }
+    /* __index__ refused (a 0-d float array has one that does): the number
+     * may still have a __float__. */
+    if (!PyErr_ExceptionMatches(PyExc_TypeError))
       return -1;
-    int r = seconds_to_ns(i, what, out);
-    Py_DECREF(i);
-    return r;
+    PyErr_Clear();
   }
   if (PyLong_Check(o)) {
     int overflow;
     long long s = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (s == -1 && PyErr_Occurred())
       return -1;
-    if (overflow || s > INT64_MAX / 1000000000 || s < INT64_MIN / 1000000000)
-      *out = (overflow > 0 || s > 0) ? NEVER_NS : PAST_NS;
-    else
-      *out = (int64_t)s * 1000000000;
+    if (overflow || s > INT64_MAX / 1000000000 || s < -(INT64_MAX / 1000000000))
+      return out_of_range(what);
+    *out = (int64_t)s * 1000000000;
     return 0;
   }
   if (!PyFloat_Check(o) && !PyNumber_Check(o)) {
@@ -188,32 +216,48 @@ static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
   }
   double d = PyFloat_AsDouble(o);
   if (d == -1.0 && PyErr_Occurred()) {
-    /* Beyond a double's range (a huge Fraction): saturate like a huge int. */
-    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
-      return -1;
-    PyErr_Clear();
-    PyObject *zero = PyLong_FromLong(0);
-    int positive = zero ? PyObject_RichCompareBool(o, zero, Py_GT) : -1;
-    Py_XDECREF(zero);
-    if (positive < 0)
-      return -1;
-    *out = positive ? NEVER_NS : PAST_NS;
-    return 0;
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* a huge Fraction */
+      PyErr_Clear();
+      return out_of_range(what);
+    }
+    return -1;
   }
   if (isnan(d)) {
     PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
     return -1;
   }
+  if (isinf(d)) {
+    *out = d > 0 ? NEVER_NS : PAST_NS;
+    return 0;
+  }
   d = nearbyint(d * 1e9);
-  if (d >= 9.2e18)
-    *out = NEVER_NS;
-  else if (d <= -9.2e18)
-    *out = PAST_NS;
-  else
-    *out = (int64_t)d;
+  /* 2**63 is exact as a double; the largest double below it fits an int64
+   * and stays below NEVER_NS, and symmetrically above PAST_NS + 1. */
+  if (d >= 9223372036854775808.0 || d <= -9223372036854775808.0)
+    return out_of_range(what);
+  *out = (int64_t)d;
   return 0;
 }
 
+/* a + b for a time and a span, either possibly +-inf (NEVER_NS, PAST_NS);
+ * OverflowError naming `what` when a finite sum leaves the range. */
+static int add_time(int64_t a, int64_t b, const char *what, int64_t *out) {
+  if (a == NEVER_NS || b == NEVER_NS) {
+    *out = NEVER_NS;
+    return 0;
+  }
+  if (a == PAST_NS || b == PAST_NS) {
+    *out = PAST_NS;
+    return 0;
+  }
+  if ((b > 0 && a > INT64_MAX - 1 - b) || (b < 0 && a < INT64_MIN + 2 - b))
+    return out_of_range(what);
+  *out = a + b;
+  return 0;
+}
+
+/* a + b saturated: for waits on the real clock, where "too far" means "no
+ * limit" (close()'s timeout, the exit grace). */
 static inline int64_t add_sat(int64_t a, int64_t b) {
   if (a == NEVER_NS || b == NEVER_NS)
     return NEVER_NS;
@@ -226,6 +270,14 @@ static inline int64_t add_sat(int64_t a, int64_t b) {
 
 static inline pw_tick_t deadline_tick(core *c, int64_t ns) {
   return ns == NEVER_NS ? PW_TICK_MAX : pw_tick_ceil(ns, c->drv.tick_ns);
+}
+
+/* Links h on its deadline's tick.  Caller holds the core's mutex. */
+static inline void link_locked(core *c, HandleObject *h) {
+  pw_tick_t tick = deadline_tick(c, h->when_ns);
+  pw_driver_add_locked(&c->drv, &h->node, tick);
+  if (tick == c->part_tick && h->when_ns < c->part_min)
+    c->part_min = h->when_ns; /* see exact_min_locked */
 }
 
 static inline int64_t core_now_ns(core *c) { return c->manual ? c->manual_ns : pw_clock_ns(); }
@@ -412,6 +464,8 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   core *c = h->core;
   pw_driver_lock(&c->drv);
   bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
+  if (linked && h->node.deadline == c->part_tick && h->when_ns == c->part_min)
+    c->part_tick = 0; /* the cached least deadline of that tick is gone */
   pw_driver_unlock(&c->drv);
   h->state = H_CANCELLED;
   /* `cancelled` counts schedulings that never ran; a repeating timer
@@ -479,8 +533,15 @@ static PyMethodDef handle_methods[] = {
     {NULL},
 };
 
+static PyObject *handle_get_when(HandleObject *h, void *Py_UNUSED(closure)) {
+  return handle_when(h, NULL);
+}
+
 static PyGetSetDef handle_getset[] = {
     {"interval", (getter)handle_get_interval, NULL, "Repeat interval in seconds, or None.", NULL},
+    /* asyncio.TimerHandle keeps its deadline in _when, and code that
+     * inspects asyncio's handles (aiohttp's tests among them) reads it. */
+    {"_when", (getter)handle_get_when, NULL, "when(), as asyncio.TimerHandle._when.", NULL},
     {NULL},
 };
 
@@ -607,7 +668,7 @@ static void rearm(core *c, HandleObject *h) {
   h->when_ns = next;
   h->overdue = false;
   pw_driver_lock(&c->drv);
-  pw_driver_add_locked(&c->drv, &h->node, deadline_tick(c, next));
+  link_locked(c, h);
   pw_driver_unlock(&c->drv);
   c->scheduled++;
 }
@@ -638,6 +699,7 @@ static void batch_put_back(core *c) {
     }
   }
   d->batch_pos = to;
+  c->part_tick = 0; /* the tick caches do not know of what came back */
   pw_driver_unlock(d);
   for (size_t i = from; i < to; i++)
     if (d->batch[i])
@@ -816,6 +878,11 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
       Py_INCREF(h);
     }
   }
+  /* A ManualWheel's set-aside batch has nobody left to drain it (a threaded
+   * wheel's runner, or an advance() in progress, drains its own). */
+  size_t drop_from = d->batch_pos, drop_to = d->batch_pos;
+  if (c->manual && !c->advancing)
+    drop_to = d->batch_pos = d->batch_n;
   pw_driver_unlock(d);
   if (c->running && c->running->state == H_PENDING) {
     c->running->state = H_CANCELLED;
@@ -829,6 +896,8 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
     handle_of(x)->state = H_CANCELLED;
     c->cancelled += handle_of(x) != c->running; /* see handle_cancel */
   }
+  for (size_t i = drop_from; i < drop_to; i++)
+    Py_DECREF(handle_of(d->batch[i])); /* the batch's; the chain holds its own */
   HandleObject **v = want_list ? PyMem_Malloc((n ? n : 1) * sizeof *v) : NULL;
   size_t k = 0;
   for (pw_timer *x = chain; x;) {
@@ -1033,6 +1102,23 @@ static int capture_context(PyObject *context, bool repeating, PyObject **out) {
   return *out ? 0 : -1;
 }
 
+/* Parses the one argument of a method that also takes it by keyword, as
+ * asyncio's and the stubs' signatures say (advance(seconds=1.0)). */
+static PyObject *one_arg(const char *fname, const char *kwname, PyObject *const *args,
+                         Py_ssize_t nargs, PyObject *kwnames) {
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nargs + nkw == 1 &&
+      (nargs == 1 || PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), kwname) == 0))
+    return args[0];
+  if (nkw && nargs + nkw == 1)
+    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname,
+                 PyTuple_GET_ITEM(kwnames, 0));
+  else
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
+                 nargs + nkw);
+  return NULL;
+}
+
 /* Parses (when, callback, *args, [first=], context=) from a vectorcall.
  * `first` is NULL when the method takes no such keyword. */
 static int parse_schedule(const char *name, PyObject *const *args, Py_ssize_t nargs,
@@ -1121,7 +1207,7 @@ static PyObject *schedule(WheelObject *self, int64_t when_ns, int64_t interval_n
   }
   Py_INCREF(h); /* the wheel's */
   pw_driver_lock(&c->drv);
-  pw_driver_add_locked(&c->drv, &h->node, deadline_tick(c, when_ns));
+  link_locked(c, h);
   pw_driver_unlock(&c->drv);
   c->scheduled++;
   return (PyObject *)h;
@@ -1134,7 +1220,9 @@ static PyObject *wheel_call_later(WheelObject *self, PyObject *const *args, Py_s
   if (parse_schedule("call_later", args, nargs, kwnames, NULL, &context) < 0 ||
       seconds_to_ns(args[0], "delay", &delay) < 0)
     return NULL;
-  int64_t when = delay == PAST_NS ? PAST_NS : add_sat(core_now_ns(self->core), delay);
+  int64_t when;
+  if (add_time(core_now_ns(self->core), delay, "delay", &when) < 0)
+    return NULL;
   return schedule(self, when, 0, args, nargs, context);
 }
 
@@ -1163,7 +1251,9 @@ static PyObject *wheel_call_every(WheelObject *self, PyObject *const *args, Py_s
   first = interval;
   if (first_o && first_o != Py_None && seconds_to_ns(first_o, "first", &first) < 0)
     return NULL;
-  int64_t when = first == PAST_NS ? PAST_NS + 1 : add_sat(core_now_ns(self->core), first);
+  int64_t when = PAST_NS + 1;
+  if (first != PAST_NS && add_time(core_now_ns(self->core), first, "first", &when) < 0)
+    return NULL;
   return schedule(self, when, interval, args, nargs, context);
 }
 
@@ -1227,8 +1317,18 @@ static PyObject *wheel_close(WheelObject *self, PyObject *args, PyObject *kw) {
     return NULL;
   int64_t timeout = -1;
   if (timeout_o != Py_None) {
-    if (seconds_to_ns(timeout_o, "timeout", &timeout) < 0)
-      return NULL;
+    if (seconds_to_ns(timeout_o, "timeout", &timeout) < 0) {
+      /* A wait, not a deadline: beyond the range means no limit. */
+      if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+        return NULL;
+      PyErr_Clear();
+      PyObject *zero = PyLong_FromLong(0);
+      int positive = zero ? PyObject_RichCompareBool(timeout_o, zero, Py_GT) : -1;
+      Py_XDECREF(zero);
+      if (positive < 0)
+        return NULL;
+      timeout = positive ? NEVER_NS : 0;
+    }
     if (timeout < 0)
       timeout = 0;
     if (timeout == NEVER_NS)
@@ -1253,7 +1353,11 @@ static PyObject *wheel_exit(WheelObject *self, PyObject *Py_UNUSED(args)) {
   Py_RETURN_FALSE;
 }
 
-static PyObject *wheel_set_handler(WheelObject *self, PyObject *handler) {
+static PyObject *wheel_set_handler(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+  PyObject *handler = one_arg("set_exception_handler", "handler", args, nargs, kwnames);
+  if (!handler)
+    return NULL;
   if (handler != Py_None && !PyCallable_Check(handler)) {
     PyErr_Format(PyExc_TypeError, "a handler must be callable or None, not %.100s",
                  Py_TYPE(handler)->tp_name);
@@ -1267,7 +1371,11 @@ static PyObject *wheel_get_handler(WheelObject *self, PyObject *Py_UNUSED(ignore
   return Py_NewRef(self->handler ? self->handler : Py_None);
 }
 
-static PyObject *wheel_call_exception_handler(WheelObject *self, PyObject *context) {
+static PyObject *wheel_call_exception_handler(WheelObject *self, PyObject *const *args,
+                                              Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *context = one_arg("call_exception_handler", "context", args, nargs, kwnames);
+  if (!context)
+    return NULL;
   if (!PyDict_Check(context)) {
     PyErr_SetString(PyExc_TypeError, "context must be a dict");
     return NULL;
@@ -1276,7 +1384,12 @@ static PyObject *wheel_call_exception_handler(WheelObject *self, PyObject *conte
   Py_RETURN_NONE;
 }
 
-static PyObject *wheel_default_exception_handler(WheelObject *Py_UNUSED(self), PyObject *context) {
+static PyObject *wheel_default_exception_handler(WheelObject *Py_UNUSED(self),
+                                                 PyObject *const *args, Py_ssize_t nargs,
+                                                 PyObject *kwnames) {
+  PyObject *context = one_arg("default_exception_handler", "context", args, nargs, kwnames);
+  if (!context)
+    return NULL;
   PyObject *r = default_handler_impl(context);
   if (!r)
     return NULL;
@@ -1314,15 +1427,31 @@ static PyObject *wheel_repr(WheelObject *self) {
 /* ------------------------------------------------------------------ */
 /* ManualWheel: the same wheel, with time moved only by the caller      */
 
+/* The core of a ManualWheel, or NULL with TypeError for a threaded one:
+ * time that a thread follows cannot also be moved by hand. */
+static core *manual_core(WheelObject *self) {
+  if (!self->core->manual) {
+    PyErr_SetString(PyExc_TypeError, "this wheel has its own thread: only a ManualWheel's "
+                                     "time is moved by hand");
+    return NULL;
+  }
+  return self->core;
+}
+
+static int check_not_advancing(core *c) {
+  if (!c->advancing)
+    return 0;
+  PyErr_SetString(PyExc_RuntimeError,
+                  "this ManualWheel is already advancing (a ManualWheel cannot be advanced "
+                  "from its own callbacks, nor from two threads at once)");
+  return -1;
+}
+
 /* Whether a ManualWheel may move its time to target_ns: forward, finite,
  * and not while it is already advancing. */
 static int check_target(core *c, int64_t target_ns) {
-  if (c->advancing) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "this ManualWheel is already advancing (a ManualWheel cannot be advanced "
-                    "from its own callbacks, nor from two threads at once)");
+  if (check_not_advancing(c) < 0)
     return -1;
-  }
   if (target_ns == NEVER_NS) {
     PyErr_SetString(PyExc_ValueError, "cannot advance time to infinity");
     return -1;
@@ -1334,6 +1463,26 @@ static int check_target(core *c, int64_t target_ns) {
   return 0;
 }
 
+/* Set-aside timers that did not run (collect_due() without run_collected(),
+ * or an exception in between) go back to their places before time moves
+ * again, so they are neither lost nor overwritten, and still come first. */
+static void put_back_leftovers(core *c) {
+  if (c->drv.batch_pos < c->drv.batch_n)
+    batch_put_back(c);
+  c->part_tick = 0;
+}
+
+/* Runs the set-aside batch on the caller's thread. */
+static Py_ssize_t run_batch_here(WheelObject *self) {
+  core *c = self->core;
+  Py_INCREF(self);
+  c->advancing = PyThread_get_thread_ident();
+  Py_ssize_t r = run_batch(c);
+  c->advancing = 0;
+  Py_DECREF(self);
+  return r;
+}
+
 /* Runs every timer due by target_ns, tick by tick, each batch at its own
  * tick with time() reading that tick; then time becomes target_ns. */
 static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
@@ -1341,6 +1490,7 @@ static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
   pw_driver *d = &c->drv;
   if (check_target(c, target_ns) < 0)
     return NULL;
+  put_back_leftovers(c);
   pw_tick_t last = pw_tick_floor(target_ns, d->tick_ns);
   Py_ssize_t ran = 0;
   Py_INCREF(self);
@@ -1375,26 +1525,42 @@ static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
   return PyLong_FromSsize_t(ran);
 }
 
-static PyObject *manual_advance(WheelObject *self, PyObject *arg) {
-  int64_t delta;
-  if (seconds_to_ns(arg, "seconds", &delta) < 0)
+static PyObject *manual_advance(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames) {
+  PyObject *arg = one_arg("advance", "seconds", args, nargs, kwnames);
+  int64_t delta, target;
+  if (!arg || !manual_core(self) || seconds_to_ns(arg, "seconds", &delta) < 0)
     return NULL;
   if (delta < 0) {
     PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
     return NULL;
   }
-  return manual_run_until(self, add_sat(self->core->manual_ns, delta));
+  if (add_time(self->core->manual_ns, delta, "seconds", &target) < 0)
+    return NULL;
+  return manual_run_until(self, target);
 }
 
-static PyObject *manual_advance_to(WheelObject *self, PyObject *arg) {
+static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+  PyObject *arg = one_arg("advance_to", "when", args, nargs, kwnames);
   int64_t when;
-  if (seconds_to_ns(arg, "when", &when) < 0)
+  if (!arg || !manual_core(self) || seconds_to_ns(arg, "when", &when) < 0)
     return NULL;
   return manual_run_until(self, when);
 }
 
+/* Whether set-aside timers wait to run: they are due now. */
+static bool leftovers_pending(core *c) {
+  for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
+    if (handle_of(c->drv.batch[i])->state == H_PENDING)
+      return true;
+  return false;
+}
+
 /* Wheel time at which the next callback runs: its tick, or now if overdue. */
 static int64_t manual_next_ns(core *c) {
+  if (leftovers_pending(c))
+    return c->manual_ns;
   pw_driver_lock(&c->drv);
   pw_tick_t next = pw_wheel_next(&c->drv.wheel);
   pw_driver_unlock(&c->drv);
@@ -1405,6 +1571,8 @@ static int64_t manual_next_ns(core *c) {
 }
 
 static PyObject *manual_next_deadline(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (!manual_core(self))
+    return NULL;
   int64_t ns = manual_next_ns(self->core);
   if (ns == NEVER_NS || self->core->closed)
     Py_RETURN_NONE;
@@ -1412,36 +1580,150 @@ static PyObject *manual_next_deadline(WheelObject *self, PyObject *Py_UNUSED(ign
 }
 
 static PyObject *manual_advance_to_next(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (!manual_core(self))
+    return NULL;
   int64_t ns = manual_next_ns(self->core);
   if (ns == NEVER_NS || self->core->closed)
     return PyLong_FromLong(0);
   return manual_run_until(self, ns);
 }
 
-/* The event-loop flavour of advance: time jumps to `when` and everything
- * due by then runs as one batch, as on a threaded wheel; what those
- * callbacks schedule, even for a time already past, waits for the next
- * call.  A loop calling this once per iteration can never be starved by a
- * timer that keeps rescheduling itself at zero delay. */
-static PyObject *manual_run_due(WheelObject *self, PyObject *arg) {
-  core *c = self->core;
+/*
+ * Exact deadlines.  The wheel files timers by tick, which is what makes it
+ * cheap; an event loop must run a timer when its clock reaches the timer's
+ * exact deadline, as asyncio does (when <= time()), not at the next tick
+ * boundary.  Every tick up to floor(target) is wholly due; of the one tick
+ * that holds target (its ceiling), only the timers whose exact deadline is
+ * <= target are, and those are found by scanning that tick's timers.  The
+ * scan is skipped while the cached least deadline of that tick (part_min)
+ * is later than target, so a loop that iterates many times within one tick
+ * pays for a scan only when something there has come due or the cached
+ * least timer was cancelled.
+ */
+struct due_scan {
+  pw_driver *d;
+  int64_t target, rest_min;
+  bool take, full;
+};
+
+static int scan_tick(pw_timer *t, void *p) {
+  struct due_scan *s = p;
+  int64_t when = handle_of(t)->when_ns;
+  if (!s->take || when > s->target) {
+    if (when < s->rest_min)
+      s->rest_min = when;
+    return 0;
+  }
+  pw_wheel_cancel(&s->d->wheel, t);
+  if (!pw_driver_batch_append_locked(s->d, t)) {
+    pw_wheel_put(&s->d->wheel, t); /* in its place: the next call takes it */
+    s->full = true;
+    return 1;
+  }
+  return 0;
+}
+
+/* The least exact deadline among tick's linked timers (NEVER_NS if none);
+ * with take, those due by target move to the batch first.  Caller holds mu. */
+static int64_t exact_min_locked(core *c, pw_tick_t tick, bool take, int64_t target) {
+  if (tick == c->part_tick && !(take && c->part_min <= target))
+    return c->part_min;
+  struct due_scan s = {&c->drv, target, NEVER_NS, take, false};
+  pw_wheel_foreach_at(&c->drv.wheel, tick, scan_tick, &s);
+  c->part_tick = s.full ? 0 : tick;
+  c->part_min = s.rest_min;
+  return s.rest_min;
+}
+
+/* Moves time to target_ns and sets aside, as the next batch, every timer
+ * whose exact deadline is <= target_ns.  The caller checked the target. */
+static void collect_exact(core *c, int64_t target_ns) {
   pw_driver *d = &c->drv;
-  int64_t when;
-  if (seconds_to_ns(arg, "when", &when) < 0)
-    return NULL;
-  if (check_target(c, when) < 0)
-    return NULL;
-  c->manual_ns = when;
+  put_back_leftovers(c);
+  c->manual_ns = target_ns;
   if (c->closed)
-    return PyLong_FromLong(0);
+    return;
+  pw_tick_t floor = pw_tick_floor(target_ns, d->tick_ns);
+  pw_tick_t ceil = pw_tick_ceil(target_ns, d->tick_ns);
   pw_driver_lock(d);
-  pw_driver_collect_locked(d, pw_tick_floor(when, d->tick_ns));
+  size_t n = pw_driver_collect_locked(d, floor);
+  if (ceil > floor && pw_wheel_next(&d->wheel) == ceil) {
+    exact_min_locked(c, ceil, true, target_ns);
+    if (!n && d->batch_n)
+      d->batches++;
+    if (d->batch_n > d->max_batch)
+      d->max_batch = d->batch_n;
+  }
   pw_driver_unlock(d);
-  Py_INCREF(self);
-  c->advancing = PyThread_get_thread_ident();
-  Py_ssize_t r = run_batch(c);
-  c->advancing = 0;
-  Py_DECREF(self);
+}
+
+/* The exact deadline of the next timer to run, or NEVER_NS. */
+static int64_t next_when_ns(core *c) {
+  if (leftovers_pending(c))
+    return c->manual_ns;
+  pw_driver *d = &c->drv;
+  pw_driver_lock(d);
+  pw_tick_t t = pw_wheel_next(&d->wheel);
+  int64_t r;
+  if (t == PW_TICK_MAX)
+    r = NEVER_NS;
+  else if (t <= d->wheel.now)
+    r = c->manual_ns; /* overdue: on the expired list */
+  else
+    r = exact_min_locked(c, t, false, 0);
+  pw_driver_unlock(d);
+  return r;
+}
+
+static PyObject *manual_next_when(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (!manual_core(self))
+    return NULL;
+  int64_t ns = next_when_ns(self->core);
+  if (ns == NEVER_NS || self->core->closed)
+    Py_RETURN_NONE;
+  return PyFloat_FromDouble(ns_to_s(ns));
+}
+
+static int parse_target(WheelObject *self, const char *fname, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject *kwnames, int64_t *when) {
+  PyObject *arg = one_arg(fname, "when", args, nargs, kwnames);
+  if (!arg || !manual_core(self) || seconds_to_ns(arg, "when", when) < 0)
+    return -1;
+  return check_target(self->core, *when);
+}
+
+static PyObject *manual_collect_due(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames) {
+  int64_t when;
+  if (parse_target(self, "collect_due", args, nargs, kwnames, &when) < 0)
+    return NULL;
+  core *c = self->core;
+  collect_exact(c, when);
+  pw_driver_lock(&c->drv);
+  size_t n = c->drv.batch_n - c->drv.batch_pos;
+  pw_driver_unlock(&c->drv);
+  return PyLong_FromSize_t(n);
+}
+
+static PyObject *manual_run_collected(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (!manual_core(self) || check_not_advancing(self->core) < 0)
+    return NULL;
+  Py_ssize_t r = run_batch_here(self);
+  return r < 0 ? NULL : PyLong_FromSsize_t(r);
+}
+
+/* The event-loop flavour of advance: time jumps to `when` and every timer
+ * whose exact deadline is <= when runs, as one batch, as on a threaded
+ * wheel; what those callbacks schedule, even for a time already past, waits
+ * for the next call.  A loop calling this once per iteration can never be
+ * starved by a timer that keeps rescheduling itself at zero delay. */
+static PyObject *manual_run_due(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames) {
+  int64_t when;
+  if (parse_target(self, "run_due", args, nargs, kwnames, &when) < 0)
+    return NULL;
+  collect_exact(self->core, when);
+  Py_ssize_t r = run_batch_here(self);
   return r < 0 ? NULL : PyLong_FromSsize_t(r);
 }
 
@@ -1605,15 +1887,17 @@ static PyMethodDef wheel_methods[] = {
      "(waiting up to timeout seconds for it) and return the cancelled handles."},
     {"__enter__", (PyCFunction)wheel_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)wheel_exit, METH_VARARGS, NULL},
-    {"set_exception_handler", (PyCFunction)wheel_set_handler, METH_O,
+    {"set_exception_handler", (PyCFunction)(void (*)(void))wheel_set_handler, SCHED_FLAGS,
      "set_exception_handler(handler) -> None\n--\n\n"
      "handler(wheel, context) receives errors; None restores the default."},
     {"get_exception_handler", (PyCFunction)wheel_get_handler, METH_NOARGS,
      "get_exception_handler() -> handler or None\n--\n\n"},
-    {"call_exception_handler", (PyCFunction)wheel_call_exception_handler, METH_O,
+    {"call_exception_handler", (PyCFunction)(void (*)(void))wheel_call_exception_handler,
+     SCHED_FLAGS,
      "call_exception_handler(context) -> None\n--\n\n"
      "Send a context dict to the current exception handler."},
-    {"default_exception_handler", (PyCFunction)wheel_default_exception_handler, METH_O,
+    {"default_exception_handler", (PyCFunction)(void (*)(void))wheel_default_exception_handler,
+     SCHED_FLAGS,
      "default_exception_handler(context) -> None\n--\n\n"
      "Log the context on the 'pywheel' logger."},
     {"stats", (PyCFunction)wheel_stats, METH_NOARGS,
@@ -1622,18 +1906,31 @@ static PyMethodDef wheel_methods[] = {
 };
 
 static PyMethodDef manual_methods[] = {
-    {"advance", (PyCFunction)manual_advance, METH_O,
+    {"advance", (PyCFunction)(void (*)(void))manual_advance, METH_FASTCALL | METH_KEYWORDS,
      "advance(seconds) -> int\n--\n\n"
      "Move time forward, running every due callback at its own tick; return how many ran."},
-    {"advance_to", (PyCFunction)manual_advance_to, METH_O,
+    {"advance_to", (PyCFunction)(void (*)(void))manual_advance_to, METH_FASTCALL | METH_KEYWORDS,
      "advance_to(when) -> int\n--\n\nLike advance(), to the absolute time `when`."},
     {"next_deadline", (PyCFunction)manual_next_deadline, METH_NOARGS,
      "next_deadline() -> float | None\n--\n\n"
      "Time at which the next callback runs (its tick), or None if nothing will."},
-    {"run_due", (PyCFunction)manual_run_due, METH_O,
+    {"run_due", (PyCFunction)(void (*)(void))manual_run_due, METH_FASTCALL | METH_KEYWORDS,
      "run_due(when) -> int\n--\n\n"
-     "Move time to `when` and run everything due by then as one batch (the event-loop "
-     "flavour of advance_to: what those callbacks schedule waits for the next call)."},
+     "Move time to `when` and run every timer whose exact deadline is <= when, as one batch "
+     "(the event-loop flavour of advance_to: what those callbacks schedule waits for the "
+     "next call)."},
+    {"collect_due", (PyCFunction)(void (*)(void))manual_collect_due, METH_FASTCALL | METH_KEYWORDS,
+     "collect_due(when) -> int\n--\n\n"
+     "The first half of run_due(): move time to `when` and set aside every timer whose exact "
+     "deadline is <= when; return how many are set aside.  cancel() still stops them."},
+    {"run_collected", (PyCFunction)manual_run_collected, METH_NOARGS,
+     "run_collected() -> int\n--\n\n"
+     "The second half of run_due(): run the timers collect_due() set aside, in deadline "
+     "order; return how many ran."},
+    {"next_when", (PyCFunction)manual_next_when, METH_NOARGS,
+     "next_when() -> float | None\n--\n\n"
+     "Exact deadline (when()) of the next timer to run, or None if nothing will; at most "
+     "time() for a timer already due."},
     {"advance_to_next", (PyCFunction)manual_advance_to_next, METH_NOARGS,
      "advance_to_next() -> int\n--\n\nJump to next_deadline() and run what is due there."},
     {NULL},
@@ -1644,8 +1941,39 @@ static PyMemberDef wheel_members[] = {
     {NULL},
 };
 
+static PyObject *wheel_get_class(WheelObject *self, void *Py_UNUSED(closure)) {
+  return Py_NewRef(Py_TYPE(self));
+}
+
+/* A Wheel and a ManualWheel have the same layout, so object.__class__
+ * would let one pass for the other: a threaded core driven by hand would
+ * fire early and race its own thread.  Only a change within one kind is
+ * passed on to object's own __class__ setter. */
+static int wheel_set_class(WheelObject *self, PyObject *value, void *Py_UNUSED(closure)) {
+  modstate *st = state_of_type(Py_TYPE(self));
+  if (!st)
+    return -1;
+  if (value && PyType_Check(value) &&
+      PyType_IsSubtype((PyTypeObject *)value, st->manual_type) != self->core->manual) {
+    PyErr_Format(PyExc_TypeError,
+                 "__class__ assignment: a %s cannot become a %s (one has a thread, the other "
+                 "not)",
+                 Py_TYPE(self)->tp_name, ((PyTypeObject *)value)->tp_name);
+    return -1;
+  }
+  PyObject *dict = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__dict__");
+  PyObject *descr = dict ? PyMapping_GetItemString(dict, "__class__") : NULL;
+  Py_XDECREF(dict);
+  if (!descr)
+    return -1;
+  int r = Py_TYPE(descr)->tp_descr_set(descr, (PyObject *)self, value);
+  Py_DECREF(descr);
+  return r;
+}
+
 static PyGetSetDef wheel_getset[] = {
     {"closed", (getter)wheel_get_closed, NULL, "True once close() was called.", NULL},
+    {"__class__", (getter)wheel_get_class, (setter)wheel_set_class, NULL, NULL},
     {NULL},
 };
 

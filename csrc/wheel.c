@@ -333,6 +333,32 @@ int pw_wheel_foreach(const pw_wheel *w, int (*fn)(pw_timer *t, void *arg), void 
   return r ? r : foreach_list(&w->overflow, fn, arg);
 }
 
+/* Like foreach_list, for the timers of one deadline only.  The next node is
+ * read before fn runs, so fn may unlink the one it is given. */
+static int foreach_deadline(const pw_link *h, pw_tick_t tick, int (*fn)(pw_timer *, void *),
+                            void *arg) {
+  for (pw_link *l = h->next; l != h;) {
+    pw_link *next = l->next;
+    if (timer_of(l)->deadline == tick) {
+      int r = fn(timer_of(l), arg);
+      if (r)
+        return r;
+    }
+    l = next;
+  }
+  return 0;
+}
+
+int pw_wheel_foreach_at(const pw_wheel *w, pw_tick_t tick, int (*fn)(pw_timer *t, void *arg),
+                        void *arg) {
+  if (tick <= w->now)
+    return foreach_deadline(&w->expired, tick, fn, arg);
+  int level = level_of(tick, w->now);
+  if (level >= PW_LEVELS)
+    return foreach_deadline(&w->overflow, tick, fn, arg);
+  return foreach_deadline(&w->slot[level][slot_of(tick, level)], tick, fn, arg);
+}
+
 /* ---- the checker ---- */
 
 #define FAIL(...)                                                                                  \

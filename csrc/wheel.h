@@ -105,6 +105,14 @@ int pw_wheel_foreach(const pw_wheel *w, int (*fn)(pw_timer *t, void *arg), void 
 /* Calls fn on every linked timer in no particular order, stopping at the
  * first non-zero return, which it returns.  fn must not change the wheel. */
 
+int pw_wheel_foreach_at(const pw_wheel *w, pw_tick_t tick, int (*fn)(pw_timer *t, void *arg),
+                        void *arg);
+/* Calls fn on every linked timer whose deadline is `tick`, in no particular
+ * order, stopping at the first non-zero return, which it returns.  Scans the
+ * one list that holds that tick (the expired list, a slot, or the overflow
+ * list), which may hold other deadlines too.  fn may pw_wheel_cancel() the
+ * timer it is given, and nothing else. */
+
 int pw_wheel_check(const pw_wheel *w, char *msg, size_t msglen);
 /* Recomputes every fast answer (placement, bitmaps, count, next deadline,
  * sortedness, links) by brute force, changing nothing.  Returns 0 if all

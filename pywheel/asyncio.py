@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextvars
 import enum
+import math
 import threading
 import weakref
 from asyncio import base_events as _base_events
@@ -51,17 +52,21 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
 
     ``call_later``/``call_at`` return ``pywheel.TimerHandle`` objects, which
     have the public surface of ``asyncio.TimerHandle`` (``when()``,
-    ``cancel()``, ``cancelled()``, ``get_context()``) but are C objects that
-    the garbage collector never has to walk (as uvloop's handles are not
-    asyncio's class either).  Timers become due at the first tick boundary
-    at or after their deadline (``tick`` seconds, 1 ms by default: the
-    resolution of epoll's timeout), never earlier.
+    ``cancel()``, ``cancelled()``, ``get_context()``, ``_when``) but are C
+    objects that the garbage collector never has to walk (as uvloop's handles
+    are not asyncio's class either); in debug mode they are
+    ``asyncio.TimerHandle`` objects, with asyncio's source tracebacks.  A
+    timer runs when ``time()`` reaches its exact deadline (within the
+    clock's resolution, as on the stock loop); the wheel's ``tick`` is its
+    bucket size, not a delay.
     """
 
     def __init__(self, selector=None, *, tick: float = 0.001) -> None:
         super().__init__(selector)
         self._wheel = _core.ManualWheel(tick, start=max(0.0, self.time()))
-        self._wheel.set_exception_handler(self._on_timer_error)
+        # Not a bound method: loop -> wheel -> handler -> loop would leave
+        # every loop to the garbage collector.
+        self._wheel.set_exception_handler(_TimerErrorForwarder(self))
 
     @property
     def wheel(self) -> _core.ManualWheel:
@@ -72,7 +77,10 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
     def call_later(self, delay, callback, *args, context=None):
         if delay is None:
             raise TypeError("delay must not be None")
-        return self.call_at(self.time() + delay, callback, *args, context=context)
+        timer = self.call_at(self.time() + delay, callback, *args, context=context)
+        if self._debug and timer._source_traceback:
+            del timer._source_traceback[-1]
+        return timer
 
     def call_at(self, when, callback, *args, context=None):
         if when is None:
@@ -81,9 +89,31 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_at")
+            timer = _DebugTimerHandle(when, callback, args, self, context)
+            if timer._source_traceback:
+                del timer._source_traceback[-1]
+            try:
+                timer._timer = self._wheel.call_at(
+                    when, self._run_debug_timer, timer, context=contextvars.Context()
+                )
+            except OverflowError:
+                timer._timer = self._call_never(
+                    when, self._run_debug_timer, (timer,), contextvars.Context()
+                )
+            return timer
+        try:
+            return self._wheel.call_at(when, callback, *args, context=context)
+        except OverflowError:
+            return self._call_never(when, callback, args, context)
+
+    def _call_never(self, when, callback, args, context):
+        """A finite deadline beyond the wheel's clock (|t| >= 2**63 ns, about
+        292 years): asyncio would just wait, so it never runs (or, far in
+        the past, runs in the next batch); its when() says inf (-inf)."""
+        when = math.inf if when > 0 else -math.inf
         return self._wheel.call_at(when, callback, *args, context=context)
 
-    def _on_timer_error(self, wheel, context: dict) -> None:
+    def _on_timer_error(self, context: dict) -> None:
         handle = context.get("handle")
         self.call_exception_handler(
             {
@@ -94,56 +124,109 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         )
 
     def _run_once(self) -> None:
-        """One iteration: wait for I/O until the next timer is due, then run
-        the ready callbacks and the due timers.
-
-        The same steps as asyncio's loop, with the wheel in place of the
-        heap; timers run (in deadline order) right after the I/O wait, and
-        the callbacks and timers they schedule wait for the next iteration,
-        as on the stock loop."""
+        """One iteration, the steps of ``BaseEventLoop._run_once`` with the
+        wheel in place of the heap: wait for I/O until the next deadline; set
+        aside the timers due by ``time() + clock_resolution``; run the
+        callbacks that were ready, then those timers.  What any of them
+        schedules waits for the next iteration, so neither a ``call_soon`` nor
+        a zero-delay timer loop can starve I/O, and a timer that fell due
+        never runs ahead of a callback that was ready before it."""
         wheel = self._wheel
-        if self._ready or self._stopping:
-            timeout = 0.0
+        ready = self._ready
+        if ready or self._stopping:
+            timeout = 0
         else:
-            nxt = wheel.next_deadline()
+            nxt = wheel.next_when()
             if nxt is None:
                 timeout = None
             else:
                 timeout = min(max(0.0, nxt - self.time()), _MAX_SELECT_TIMEOUT)
-        self._process_events(self._selector.select(timeout))
-        ntodo = len(self._ready)
-        now = self.time()
-        # One batch: a timer scheduled by a timer callback waits for the next
-        # iteration, so a zero-delay timer loop cannot starve I/O.
-        wheel.run_due(now if now > wheel.time() else wheel.time())
-        ready = self._ready
-        debug = self._debug
-        for _ in range(ntodo):
-            handle = ready.popleft()
-            if handle._cancelled:
-                continue
-            if debug:
-                self._run_slow_checked(handle)
-            else:
+        event_list = self._selector.select(timeout)
+        self._process_events(event_list)
+        event_list = None  # as asyncio: no cycles through the events
+        end = self.time() + self._clock_resolution
+        wheel.collect_due(end if end > wheel.time() else wheel.time())
+        ntodo = len(ready)
+        if self._debug:
+            for _ in range(ntodo):
+                handle = ready.popleft()
+                if handle._cancelled:
+                    continue
+                try:
+                    self._current_handle = handle
+                    t0 = self.time()
+                    handle._run()
+                    dt = self.time() - t0
+                    if dt >= self.slow_callback_duration:
+                        _warn_slow(handle, dt)
+                finally:
+                    self._current_handle = None
+        else:
+            for _ in range(ntodo):
+                handle = ready.popleft()
+                if handle._cancelled:
+                    continue
                 handle._run()
+        # As asyncio: the last handle must not stay referenced from this
+        # frame, or an exception it stored sits in a cycle through it.
+        handle = None
+        wheel.run_collected()
 
-    def _run_slow_checked(self, handle) -> None:
-        """Debug mode: runs a ready callback and warns if it was slow, on the
-        logger asyncio's own loop uses."""
-        self._current_handle = handle
+    def _run_debug_timer(self, handle) -> None:
+        """Debug mode: a timer is an asyncio.TimerHandle run (and timed)
+        as the stock loop runs it."""
         try:
+            if handle._cancelled:
+                return
+            self._current_handle = handle
             t0 = self.time()
             handle._run()
             dt = self.time() - t0
             if dt >= self.slow_callback_duration:
-                fmt = _base_events._format_handle(handle)
-                _base_events.logger.warning("Executing %s took %.3f seconds", fmt, dt)
+                _warn_slow(handle, dt)
         finally:
             self._current_handle = None
+            handle = None  # see _run_once
 
     def close(self) -> None:
         super().close()
         self._wheel.close()
+
+
+def _warn_slow(handle, dt: float) -> None:
+    """Debug mode's warning, on the logger asyncio's own loop uses."""
+    _base_events.logger.warning(
+        "Executing %s took %.3f seconds", _base_events._format_handle(handle), dt
+    )
+
+
+class _TimerErrorForwarder:
+    """The wheel's exception handler: reports to the loop, which it holds
+    weakly."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: WheelEventLoop) -> None:
+        self._loop = weakref.ref(loop)
+
+    def __call__(self, wheel, context: dict) -> None:
+        loop = self._loop()
+        if loop is None:
+            wheel.default_exception_handler(context)
+        else:
+            loop._on_timer_error(context)
+
+
+class _DebugTimerHandle(asyncio.TimerHandle):
+    """Debug mode's timer: an asyncio.TimerHandle (source traceback, repr,
+    error reports as asyncio's) that runs from the loop's wheel."""
+
+    __slots__ = ("_timer",)
+
+    def cancel(self) -> None:
+        if not self._cancelled:
+            self._timer.cancel()
+        super().cancel()
 
 
 def new_event_loop() -> WheelEventLoop:
@@ -167,61 +250,64 @@ def run(main, *, debug: bool | None = None):
 
 # ---- the bridge: a shared threaded wheel serving loops without their own ----
 
-# Delivery runs the user's callback on the loop, in the loop's context; the
-# wheel thread only queues it.  This empty context spares pywheel a copy of
-# whatever context the scheduling task had.
+# The wheel thread only queues an expiry; the loop runs the callback.  This
+# empty context spares the wheel a copy of the scheduling task's context.  It
+# is entered only on the wheel's one thread: a context cannot be entered
+# twice at once, so whatever runs on a loop gets a fresh one.
 _NO_CONTEXT = contextvars.Context()
 
 
 class _LoopQueue:
-    """Expiries waiting to run on one loop, and whether a flush is on its way.
+    """Expiries waiting to reach one loop, and whether a flush is on its way.
 
     The wheel thread appends and, if no flush is scheduled, schedules one with
     call_soon_threadsafe; the flush clears the flag before draining, so an
     expiry appended during a drain is either drained or triggers a new flush.
-    deque.append/popleft are atomic, so no lock is needed."""
+    deque.append/popleft are atomic, so no lock is needed.  The loop is held
+    weakly: the registry must not keep every loop that ever used a helper."""
 
     __slots__ = ("loop", "items", "scheduled", "__weakref__")
 
     def __init__(self, loop) -> None:
-        self.loop = loop
+        self.loop = weakref.ref(loop)
         self.items: collections.deque = collections.deque()
         self.scheduled = False
 
     def push(self, timer: _BridgeTimer) -> None:  # on the wheel thread
         self.items.append(timer)
         if not self.scheduled:
+            loop = self.loop()
+            if loop is None:  # gone: nobody to run them
+                self.items.clear()
+                return
             self.scheduled = True
             try:
-                self.loop.call_soon_threadsafe(self.flush)
-            except RuntimeError:  # the loop closed meanwhile: nobody to run them
+                loop.call_soon_threadsafe(self.flush)
+            except RuntimeError:  # the loop closed meanwhile
                 self.items.clear()
 
     def flush(self) -> None:  # on the loop
+        """Hands each expiry to the loop as one of its own timers, due now.
+
+        The loop then runs it where asyncio's own timeout would have run:
+        after the callbacks that were ready when its iteration began (a
+        result that arrived before the expiry wins), in deadline order with
+        the loop's other timers, reported as any timer callback is."""
         self.scheduled = False
+        loop = self.loop()
         items = self.items
         while items:
             timer = items.popleft()
             if timer._cancelled:  # cancelled on the loop after it fired
                 continue
-            timer._fired = True
-            try:
-                timer._callback(*timer._args)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self.loop.call_exception_handler(
-                    {
-                        "message": f"Exception in callback {timer!r}",
-                        "exception": exc,
-                        "handle": timer,
-                    }
-                )
+            timer._handle = loop.call_at(timer._when, timer._run, context=contextvars.Context())
+        timer = None
 
 
 class _BridgeTimer:
-    """What sleep() and Timeout hold on a loop without a wheel: cancel() is
-    honoured on the loop even after the wheel thread fired the timer."""
+    """What sleep() and Timeout hold on a loop without a wheel: first a
+    timer on the shared wheel, then, once it fired, one on the loop;
+    cancel() works at either stage."""
 
     __slots__ = ("_callback", "_args", "_cancelled", "_fired", "_handle", "_when")
 
@@ -246,6 +332,12 @@ class _BridgeTimer:
 
     def cancelled(self) -> bool:
         return self._cancelled
+
+    def _run(self) -> None:  # on the loop, from its own timer
+        self._fired = True
+        callback, args = self._callback, self._args
+        self._callback = self._args = None
+        callback(*args)
 
     def __repr__(self) -> str:
         state = "cancelled" if self._cancelled else "done" if self._fired else "pending"
@@ -276,7 +368,10 @@ class _Bridge:
         # The loop's clock and the wheel's are both CLOCK_MONOTONIC, but a
         # loop may cache its time (uvloop does): carry the delay over.
         delay = when - loop.time()
-        timer._handle = wheel.call_later(delay, queue.push, timer, context=_NO_CONTEXT)
+        try:
+            timer._handle = wheel.call_later(delay, queue.push, timer, context=_NO_CONTEXT)
+        except OverflowError:  # beyond the wheel's clock: asyncio would just wait
+            timer._handle = wheel.call_later(math.inf, queue.push, timer, context=_NO_CONTEXT)
         return timer
 
 
@@ -284,7 +379,9 @@ _bridge = _Bridge()
 
 
 def _call_at(loop, when: float, callback, *args):
-    if isinstance(loop, WheelEventLoop):
+    if isinstance(loop, WheelEventLoop) or when != when:
+        # NaN: the loop's own verdict (the stock loop takes it and asyncio's
+        # helpers pass it on; WheelEventLoop refuses it).
         return loop.call_at(when, callback, *args)
     return _bridge.call_at(loop, when, callback, *args)
 
@@ -300,7 +397,9 @@ def _set_result_unless_cancelled(fut: asyncio.Future, result: Any) -> None:
 async def sleep(delay: float, result: Any = None) -> Any:
     """``asyncio.sleep``, with its timer on a wheel."""
     loop = _events.get_running_loop()
-    if delay <= 0 or isinstance(loop, WheelEventLoop):
+    if not delay > 0 or isinstance(loop, WheelEventLoop):
+        # Zero, negative, NaN (as asyncio: 3.13 refuses it, older versions
+        # hand it to the loop), or a loop with its own wheel.
         return await asyncio.sleep(delay, result)
     fut = loop.create_future()
     timer = _bridge.call_at(loop, loop.time() + delay, _set_result_unless_cancelled, fut, result)

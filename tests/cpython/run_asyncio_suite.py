@@ -2,8 +2,9 @@
 
 The suite makes loops three ways: through the policy (asyncio.Runner,
 IsolatedAsyncioTestCase, asyncio.new_event_loop), and by instantiating
-asyncio.SelectorEventLoop directly (test_events).  Both are pointed at
-WheelEventLoop here.  Prints unittest's summary; exits non-zero on failure.
+asyncio.SelectorEventLoop directly (test_events) or asyncio.EventLoop (3.13's
+name for the default loop, test_runners).  All are pointed at WheelEventLoop
+here.  Prints unittest's summary; exits non-zero on failure.
 
     python tests/cpython/run_asyncio_suite.py [test.test_asyncio.test_timeouts ...]
 """
@@ -27,13 +28,8 @@ DEFAULT = [
     "test.test_asyncio.test_sock_lowlevel",
 ]
 
-# Tests that cannot apply to WheelEventLoop, and why.
-EXCLUDED = {
-    # Inspects asyncio.TimerHandle's private _source_traceback attribute (set
-    # in debug mode).  Loop timers here are pywheel.TimerHandle C objects,
-    # which have asyncio.TimerHandle's public surface only (as uvloop's).
-    "test.test_asyncio.test_events.HandleTests.test_handle_source_traceback",
-}
+# Tests that cannot apply to WheelEventLoop, and why (none at present).
+EXCLUDED: set[str] = set()
 
 
 class Policy(pwa.EventLoopPolicy):
@@ -52,6 +48,8 @@ def patch() -> None:
     asyncio.events.set_event_loop_policy = set_policy
     set_policy(None)
     asyncio.SelectorEventLoop = pwa.WheelEventLoop
+    if hasattr(asyncio, "EventLoop"):  # 3.13's name for the default loop class
+        asyncio.EventLoop = pwa.WheelEventLoop
 
 
 def iter_tests(suite):

@@ -8,12 +8,12 @@ plot when those are installed.
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDE = "import sys; [sys.modules.__setitem__(m, None) for m in ('uvloop', 'matplotlib', 'tqdm')]; "
@@ -21,8 +21,7 @@ RUN = "import runpy; runpy.run_module('benchmarks', run_name='__main__')"
 
 
 def run(code: str, args: list[str], tmp_path: Path) -> tuple[str, dict]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = child_env(str(ROOT))  # this run's pywheel first, then the benchmarks
     out = tmp_path / "out"
     argv = ["benchmarks", *args, "--out", str(out)]
     p = subprocess.run(

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNER = os.path.join(ROOT, "tests", "cpython", "run_asyncio_suite.py")
@@ -30,7 +31,7 @@ WIDER_GROUPS = [
 
 
 def run_groups(groups):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
 
     def run(group):
         names = [f"test.test_asyncio.{m}" for m in group]

@@ -30,7 +30,7 @@ import tracemalloc
 import weakref
 
 import pytest
-from helpers import run_script, thread_count
+from helpers import child_env, run_script, thread_count
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -1363,8 +1363,7 @@ os._exit(1)
     "call", ["w.close()", "w.close(timeout=30)", "w.__exit__(None, None, None)"]
 )
 def test_ctrl_c_while_blocked_in_close_is_delivered_promptly(call):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = child_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", SIGINT_CHILD.format(call=call)],
         stdout=subprocess.PIPE,

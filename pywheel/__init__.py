@@ -11,9 +11,9 @@ import atexit as _atexit
 import os as _os
 
 from ._core import ManualWheel, TimerHandle, Wheel
+from ._version import __version__ as __version__
 
 __all__ = ["ManualWheel", "TimerHandle", "Wheel"]
-__version__ = "0.1.0"
 
 #: Seconds the interpreter waits at exit for callbacks still running on wheel
 #: threads (every pending timer is cancelled first).  Past it the interpreter

@@ -1,0 +1,77 @@
+"""Testing code that depends on time: virtual time and timing fuzz for asyncio.
+
+- ``VirtualEventLoop`` / ``new_event_loop`` / ``EventLoopPolicy`` / ``run``:
+  a ``WheelEventLoop`` whose clock jumps straight to the next timer when
+  nothing is ready, so sleeping for an hour takes no real time, and the same
+  program gives the same timestamps every run.
+- ``timings(max_late=, max_cost=, max_jitter=)``: a hypothesis strategy of
+  ``Timing`` objects that perturb a run as a loaded machine would (the loop
+  wakes late, callbacks take time, the outside world answers late), shrink
+  toward the punctual run and replay exactly.
+- ``call_external`` / ``latency``: events that stand for the outside world.
+- A pytest plugin (``virtual_loop`` fixture, ``@pytest.mark.virtual_time``),
+  registered through the ``pytest11`` entry point.
+
+hypothesis is needed only by ``timings()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any, TypeVar
+
+from ._loop import (
+    DEFAULT_AUTOJUMP_THRESHOLD,
+    DeadlockError,
+    EventLoopPolicy,
+    TimeLimitError,
+    VirtualEventLoop,
+    VirtualTimeError,
+    new_event_loop,
+    run,
+)
+from ._timing import Timing, _user_frame, callback_site, timings
+
+__all__ = [
+    "DEFAULT_AUTOJUMP_THRESHOLD",
+    "DeadlockError",
+    "EventLoopPolicy",
+    "TimeLimitError",
+    "Timing",
+    "VirtualEventLoop",
+    "VirtualTimeError",
+    "call_external",
+    "latency",
+    "new_event_loop",
+    "run",
+    "timings",
+]
+
+_T = TypeVar("_T")
+
+
+def call_external(delay: float, callback, *args: Any, context=None) -> Any:
+    """An event from the outside world (a reply, a peer's message) arriving
+    after ``delay`` seconds: ``loop.call_later(delay, callback, *args)``,
+    plus up to the Timing's ``max_jitter`` on a perturbed virtual loop (each
+    event independently, so they may overtake one another and the program's
+    own timers)."""
+    loop = asyncio.get_running_loop()
+    if isinstance(loop, VirtualEventLoop) and loop._timing is not None:
+        frame = sys._getframe(1)
+        delay += loop._external_jitter(
+            lambda: f"external {callback_site(callback)} from {_user_frame(frame)}"
+        )
+    return loop.call_later(delay, callback, *args, context=context)
+
+
+async def latency(delay: float, result: _T = None) -> _T:
+    """``await asyncio.sleep(delay)`` standing for the outside world (a remote
+    call's round trip): up to the Timing's ``max_jitter`` later on a perturbed
+    virtual loop."""
+    loop = asyncio.get_running_loop()
+    if isinstance(loop, VirtualEventLoop) and loop._timing is not None:
+        frame = sys._getframe(1)
+        delay += loop._external_jitter(lambda: f"latency() in {_user_frame(frame)}")
+    return await asyncio.sleep(delay, result)

@@ -1,0 +1,377 @@
+"""VirtualEventLoop: a WheelEventLoop whose clock jumps to the next timer.
+
+It builds on WheelEventLoop through three seams only, so it keeps whatever
+order the loop's own ``_run_once`` gives (stock asyncio's):
+
+- ``time()`` reads a virtual clock;
+- the selector is wrapped: when the loop would sleep (nothing ready), the
+  wrapper moves the virtual clock to the next timer's deadline instead;
+- with a Timing that charges callbacks, ``_call_soon`` makes handles whose run
+  advances the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import heapq
+import itertools
+import math
+import weakref
+from asyncio import events as _events
+from asyncio import tasks as _tasks
+from typing import Any
+
+from ..asyncio import WheelEventLoop
+from ._timing import Timing, callback_site, task_site
+
+__all__ = [
+    "DeadlockError",
+    "EventLoopPolicy",
+    "TimeLimitError",
+    "VirtualEventLoop",
+    "VirtualTimeError",
+    "new_event_loop",
+    "run",
+]
+
+#: Real seconds the loop waits for outstanding real work before jumping.
+DEFAULT_AUTOJUMP_THRESHOLD = 0.05
+
+
+class VirtualTimeError(RuntimeError):
+    """A virtual-time run cannot go on."""
+
+
+class DeadlockError(VirtualTimeError):
+    """Nothing is ready, no timer is pending and no real work is outstanding:
+    the program waits for something that can never happen."""
+
+
+class TimeLimitError(VirtualTimeError):
+    """The next timer lies beyond the run's virtual-time limit."""
+
+
+def _check_seconds(name: str, value: Any, *, lo: float = 0.0, inf_ok: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value) or value < lo or (math.isinf(value) and not inf_ok):
+        kind = "number" if inf_ok else "finite number"
+        raise ValueError(f"{name} must be a {kind} >= {lo}, got {value!r}")
+    return value
+
+
+class _VirtualSelector:
+    """Wraps the loop's selector: ``select(timeout)`` with a non-zero timeout
+    (the loop has nothing ready and would sleep) jumps the virtual clock
+    instead, unless real I/O is ready or outstanding work answers within
+    ``autojump_threshold`` real seconds."""
+
+    __slots__ = ("_sel", "_loop", "register", "unregister", "modify", "get_key", "get_map")
+
+    def __init__(self, sel, loop: VirtualEventLoop) -> None:
+        self._sel = sel
+        self._loop = loop
+        self.register = sel.register
+        self.unregister = sel.unregister
+        self.modify = sel.modify
+        self.get_key = sel.get_key
+        self.get_map = sel.get_map
+
+    def __getattr__(self, name: str):
+        return getattr(self._sel, name)
+
+    def close(self) -> None:
+        self._sel.close()
+
+    def select(self, timeout=None):
+        sel = self._sel
+        if timeout is not None and timeout <= 0:
+            return sel.select(0)
+        loop = self._loop
+        events = sel.select(0)
+        if events:
+            return events
+        outstanding = loop._outstanding()
+        if outstanding:
+            wait = loop._autojump_threshold
+            events = sel.select(None if wait == math.inf else wait)
+            if events:
+                return events
+        target = loop._next_timer()
+        if target is None:
+            if outstanding:
+                return sel.select(None)  # real work will end the wait
+            # Last chance for a thread the loop cannot see (one started by
+            # the program itself) before calling it a deadlock.
+            if loop._autojump_threshold > 0:
+                events = sel.select(min(loop._autojump_threshold, 1.0))
+                if events:
+                    return events
+            raise DeadlockError(loop._deadlock_message())
+        loop._jump(target)
+        return []
+
+
+class _ChargedHandle(_events.Handle):
+    """A ready callback that takes virtual time (a Timing's ``max_cost``)."""
+
+    __slots__ = ()
+
+    def _run(self) -> None:
+        loop = self._loop
+        cost = loop._timing._decide(loop, "step", loop._max_cost, self._site)
+        try:
+            super()._run()
+        finally:
+            if cost:
+                loop._vtime += cost
+
+    def _site(self) -> str:
+        return callback_site(self._callback)
+
+
+class VirtualEventLoop(WheelEventLoop):
+    """A ``WheelEventLoop`` on virtual time.
+
+    ``time()`` starts at ``start`` and moves only when the loop has nothing
+    to do: then it jumps straight to the next timer's deadline.  It never
+    moves backwards and never moves while callbacks are ready (except by the
+    cost a ``timing`` charges them).  The same program gives the same
+    virtual timestamps, in the same order, every run.
+
+    Real I/O still works.  While real work is outstanding (a file descriptor
+    the loop watches besides its own wake-up pipe, a ``run_in_executor`` or
+    ``to_thread`` job, a child process), the loop waits up to
+    ``autojump_threshold`` real seconds for it before jumping to the next
+    timer (0: never wait; ``math.inf``: never jump while it is outstanding).
+    With no timer pending it waits for that work as long as it takes.
+
+    ``limit``: the run may not go past ``start + limit`` virtual seconds
+    (``TimeLimitError``).  A program left with nothing ready, no timer and
+    no outstanding work raises ``DeadlockError`` naming the virtual time
+    (after one last ``autojump_threshold`` wait for threads it cannot see).
+
+    ``timing``: a ``Timing`` (see ``timings()``) perturbing the run.
+    """
+
+    # Until BaseEventLoop.__init__ runs: a loop whose arguments were refused
+    # is "closed" for __del__.
+    _closed = True
+
+    def __init__(
+        self,
+        selector=None,
+        *,
+        start: float = 0.0,
+        tick: float = 0.001,
+        timing: Timing | None = None,
+        limit: float | None = None,
+        autojump_threshold: float = DEFAULT_AUTOJUMP_THRESHOLD,
+    ) -> None:
+        start = _check_seconds("start", start)
+        if timing is not None and not isinstance(timing, Timing):
+            raise TypeError(
+                f"timing must be a pywheel.testing.Timing (from timings()), "
+                f"not {type(timing).__name__}"
+            )
+        self._autojump_threshold = _check_seconds(
+            "autojump_threshold", autojump_threshold, inf_ok=True
+        )
+        self._limit_at = (
+            math.inf if limit is None else start + _check_seconds("limit", limit, inf_ok=True)
+        )
+        self._vtime = start
+        self._tick = tick
+        self._jobs = 0
+        self._subprocesses: weakref.WeakSet = weakref.WeakSet()
+        self._timing: Timing | None = None
+        self._max_late = self._max_cost = 0.0
+        self._fatal: BaseException | None = None
+        super().__init__(selector, tick=tick)
+        self._selector = _VirtualSelector(self._selector, self)
+        wheel = self._wheel
+        self._next_timer = getattr(wheel, "next_when", None) or wheel.next_deadline
+        if timing is not None:
+            timing._attach(self)
+            self._timing = timing
+            self._max_late = timing.max_late
+            self._max_cost = timing.max_cost
+            if self._max_cost > 0:
+                self._call_soon = self._charged_call_soon
+            if self._max_late > 0:
+                self._timers: list = []
+                self._seq = itertools.count()
+                self.call_at = self._tracked_call_at
+
+    # ---- the clock ----------------------------------------------------------
+
+    def time(self) -> float:
+        """The virtual clock, in seconds."""
+        return self._vtime
+
+    @property
+    def limit(self) -> float:
+        """The virtual time the run may not pass (``inf``: no limit)."""
+        return self._limit_at
+
+    @property
+    def timing(self) -> Timing | None:
+        return self._timing
+
+    def _jump(self, target: float) -> None:
+        """Nothing ready, no I/O: wake at the next timer (late, with a Timing)."""
+        if target > self._limit_at:
+            raise TimeLimitError(
+                f"virtual time limit reached: the next timer is due at t={target!r}, "
+                f"past the limit t={self._limit_at!r} (now t={self._vtime!r}); a "
+                f"program that never stops on its own (a repeating timer?) needs a "
+                f"larger limit or a way to end"
+            )
+        if self._max_late:
+            site = functools.partial(self._wake_site, target)
+            target += self._timing._decide(self, "wake", self._max_late, site)
+        if target > self._vtime:
+            self._vtime = target
+
+    def _outstanding(self) -> bool:
+        """Real work the loop waits for: watched fds besides the self-pipe,
+        executor jobs, live child processes."""
+        if self._jobs > 0 or len(self._selector._sel.get_map()) > 1:
+            return True
+        for t in self._subprocesses:
+            if t.get_returncode() is None and not t.is_closing():
+                return True
+        return False
+
+    def _deadlock_message(self) -> str:
+        waiting = [t for t in _tasks.all_tasks(self) if not t.done()]
+        lines = [task_site(t) for t in waiting[:5]]
+        more = f" (and {len(waiting) - 5} more)" if len(waiting) > 5 else ""
+        tasks = ("; waiting: " + "; ".join(lines) + more) if lines else ""
+        return (
+            f"deadlock at virtual time t={self._vtime!r}: no callback is ready, no timer "
+            f"is pending and no I/O, executor job or child process is outstanding, so the "
+            f"program waits for something that can never happen{tasks}"
+        )
+
+    # ---- timing hooks -------------------------------------------------------
+
+    def _charged_call_soon(self, callback, args, context):
+        handle = _ChargedHandle(callback, args, self, context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        self._ready.append(handle)
+        return handle
+
+    def _tracked_call_at(self, when, callback, *args, context=None):
+        handle = WheelEventLoop.call_at(self, when, callback, *args, context=context)
+        owner = _tasks.current_task(self) if self.is_running() else None
+        heapq.heappush(self._timers, (handle.when(), next(self._seq), handle, owner or callback))
+        return handle
+
+    def _wake_site(self, target: float) -> str:
+        timers = self._timers
+        now = self._vtime
+        while timers and (timers[0][0] < now or timers[0][2].cancelled()):
+            heapq.heappop(timers)
+        if not timers:
+            return f"the timer due at t={target!r}"
+        owner = timers[0][3]
+        if isinstance(owner, _tasks.Task):
+            return task_site(owner)
+        return callback_site(owner)
+
+    def _external_jitter(self, site) -> float:
+        if self._timing is None or not self._timing.max_jitter:
+            return 0.0
+        return self._timing._decide(self, "external", self._timing.max_jitter, site)
+
+    def _abort(self, exc: BaseException) -> None:
+        """A draw failed: end the run, and raise ``exc`` from run_forever."""
+        if self._fatal is None:
+            self._fatal = exc
+        self.stop()
+
+    def run_forever(self) -> None:
+        super().run_forever()
+        fatal = self._fatal
+        if fatal is not None:
+            self._fatal = None  # raised once; cleanup then runs punctually
+            raise fatal
+
+    # ---- real work the loop waits for -----------------------------------------
+
+    def run_in_executor(self, executor, func, *args):
+        fut = super().run_in_executor(executor, func, *args)
+        self._jobs += 1
+        fut.add_done_callback(self._job_done)
+        return fut
+
+    def _job_done(self, fut) -> None:
+        self._jobs -= 1
+
+    async def shutdown_default_executor(self, *args, **kwargs):
+        self._jobs += 1
+        try:
+            return await super().shutdown_default_executor(*args, **kwargs)
+        finally:
+            self._jobs -= 1
+
+    async def _make_subprocess_transport(self, *args, **kwargs):
+        transport = await super()._make_subprocess_transport(*args, **kwargs)
+        self._subprocesses.add(transport)
+        return transport
+
+    def close(self) -> None:
+        super().close()
+        if self._timing is not None:
+            self._timing._detach(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} t={self._vtime!r} running={self.is_running()} "
+            f"closed={self.is_closed()}>"
+        )
+
+
+def new_event_loop(**kwargs: Any) -> VirtualEventLoop:
+    """``VirtualEventLoop(**kwargs)``: for ``asyncio.Runner(loop_factory=
+    functools.partial(new_event_loop, timing=t))`` and the like."""
+    return VirtualEventLoop(**kwargs)
+
+
+class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
+    """Makes ``asyncio.new_event_loop()`` create ``VirtualEventLoop(**kwargs)``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self._kwargs = kwargs
+
+    def new_event_loop(self) -> VirtualEventLoop:
+        return VirtualEventLoop(**self._kwargs)
+
+
+def run(
+    main,
+    *,
+    start: float = 0.0,
+    tick: float = 0.001,
+    timing: Timing | None = None,
+    limit: float | None = None,
+    autojump_threshold: float = DEFAULT_AUTOJUMP_THRESHOLD,
+    debug: bool | None = None,
+):
+    """``asyncio.run(main)`` on virtual time; returns ``main``'s result."""
+    # Checked before the Runner exists, so a bad argument leaves no
+    # un-awaited coroutine behind without saying why.
+    loop = VirtualEventLoop(
+        start=start, tick=tick, timing=timing, limit=limit, autojump_threshold=autojump_threshold
+    )
+    try:
+        with asyncio.Runner(debug=debug, loop_factory=lambda: loop) as runner:
+            return runner.run(main)
+    finally:
+        if not loop.is_closed():  # main was not a coroutine: the Runner never ran
+            loop.close()

@@ -1,0 +1,282 @@
+"""Timing: the perturbations of one run (late wake-ups, slow callbacks, a slow
+outside world), drawn lazily while the run goes, recorded, and replayed.
+
+Nothing here imports hypothesis: ``timings()`` does, when it is called."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import weakref
+from asyncio import tasks as _tasks
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._loop import VirtualEventLoop
+
+__all__ = ["Timing", "timings"]
+
+#: The three kinds of decision, in the order ``repr()`` names them.
+KINDS = ("wake", "step", "external")
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PYWHEEL = os.path.dirname(_HERE)
+_ASYNCIO = os.path.dirname(os.path.abspath(_tasks.__file__))
+
+
+def _check_max(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return value
+
+
+def _fmt(x: float) -> str:
+    return repr(round(x, 9))
+
+
+def _user_frame(frame) -> str:
+    """'func() at file.py:12' for the innermost frame outside asyncio and pywheel."""
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if not (fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)):
+            return f"{frame.f_code.co_name}() at {os.path.basename(fn)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+def task_site(task) -> str:
+    """Where a task is suspended: "task 'name' in func() at file.py:12"."""
+    coro = task.get_coro()
+    where = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is None:
+            break
+        fn = frame.f_code.co_filename
+        if not (fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)):
+            where = f"{frame.f_code.co_name}() at {os.path.basename(fn)}:{frame.f_lineno}"
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    if where is None:
+        code = getattr(task.get_coro(), "cr_code", None)
+        where = f"{code.co_name}()" if code is not None else repr(task.get_coro())
+    return f"task {task.get_name()!r} in {where}"
+
+
+def callback_site(callback) -> str:
+    """A task step or wake-up names its task; anything else its qualified name."""
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, _tasks.Task):
+        return task_site(owner)
+    func = getattr(callback, "func", None)  # functools.partial
+    if func is not None:
+        callback = func
+    name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
+    return f"{name}()" if name else repr(callback)
+
+
+class Timing:
+    """How one run is perturbed: the loop waking late, callbacks taking time,
+    the outside world answering late.  Pass it as ``timing=`` to
+    ``VirtualEventLoop``, ``new_event_loop`` or ``run``.
+
+    Every decision is a whole number of the loop's ticks in ``[0, max]``, asked
+    of ``draw(n)`` (which returns an int in ``0..n``) the first time the Timing
+    is used, and recorded; the next loops given the same Timing replay the
+    record (decisions past its end are 0).  ``draw=None`` is the punctual run.
+    ``timings()`` makes Timings whose draws come from hypothesis, so failures
+    shrink toward the punctual run.
+
+    ``repr()`` lists the decisions of the recorded run that were not 0: which
+    wake-up, step or external event (named by task and line, or callback),
+    at what virtual time, by how much."""
+
+    __slots__ = (
+        "max_late",
+        "max_cost",
+        "max_jitter",
+        "_draw",
+        "_hypothesis",
+        "_record",
+        "_pos",
+        "_notes",
+        "_state",
+        "_owner",
+        "_dead",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_late: float = 0.0,
+        max_cost: float = 0.0,
+        max_jitter: float = 0.0,
+        draw: Callable[[int], int] | None = None,
+    ) -> None:
+        self.max_late = _check_max("max_late", max_late)
+        self.max_cost = _check_max("max_cost", max_cost)
+        self.max_jitter = _check_max("max_jitter", max_jitter)
+        if draw is not None and not callable(draw):
+            raise TypeError("draw must be a callable taking n and returning an int in 0..n")
+        self._draw = draw
+        self._hypothesis = False
+        self._record: dict[str, list[float]] = {k: [] for k in KINDS}
+        self._pos = dict.fromkeys(KINDS, 0)
+        self._notes: list[tuple[str, float, float, str]] = []
+        self._state = "new"  # -> "recording" -> "recorded" (then replays)
+        self._owner: weakref.ref | None = None
+        self._dead = False
+
+    # ---- what the user sees -------------------------------------------------
+
+    @property
+    def decisions(self) -> list[tuple[str, float, float, str]]:
+        """The recorded run's non-zero decisions: (kind, virtual time, seconds, site)."""
+        return list(self._notes)
+
+    @property
+    def punctual(self) -> bool:
+        """True if the recorded run made no non-zero decision."""
+        return not self._notes
+
+    def __repr__(self) -> str:
+        bounds = [
+            f"{name}={_fmt(v)}"
+            for name, v in (
+                ("max_late", self.max_late),
+                ("max_cost", self.max_cost),
+                ("max_jitter", self.max_jitter),
+            )
+            if v
+        ]
+        head = "Timing(" + ", ".join(bounds)
+        if self._state == "new":
+            return head + ")"
+        if not self._notes:
+            return head + ": punctual)"
+        parts = []
+        for kind, t, secs, site in self._notes:
+            if kind == "wake":
+                parts.append(f"woke {_fmt(secs)} late at t={_fmt(t)} for {site}")
+            elif kind == "step":
+                parts.append(f"step of {site} at t={_fmt(t)} took {_fmt(secs)}")
+            else:
+                parts.append(f"{site} at t={_fmt(t)} arrived {_fmt(secs)} late")
+        sep = "; " if len(parts) < 3 else ";\n  "
+        return head + (": " if len(parts) < 3 else ":\n  ") + sep.join(parts) + ")"
+
+    # ---- what the loop calls --------------------------------------------------
+
+    def _attach(self, loop: VirtualEventLoop) -> None:
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None and owner is not loop and not owner.is_closed():
+            raise RuntimeError(
+                f"this Timing is in use by {owner!r}, which has not been closed: a Timing "
+                "drives one loop at a time (close that loop; reusing the Timing then "
+                "replays its recorded decisions)"
+            )
+        self._owner = weakref.ref(loop)
+        if self._state == "new":
+            self._state = "recording"
+        else:
+            self._state = "replaying"
+            self._pos = dict.fromkeys(KINDS, 0)
+
+    def _detach(self, loop: VirtualEventLoop) -> None:
+        if self._owner is None or self._owner() is not loop:
+            return
+        self._owner = None
+        if self._state == "recording":
+            self._state = "recorded"
+            if self._hypothesis:
+                try:
+                    from hypothesis import note
+
+                    note(f"timing: {self!r}")
+                except Exception:  # outside a test: nothing to note in
+                    pass
+
+    def _decide(self, loop: VirtualEventLoop, kind: str, limit: float, site) -> float:
+        """Seconds of perturbation for one decision of ``kind`` (0..limit, in
+        whole ticks).  ``site()`` names the event; it is called only for
+        non-zero decisions of the recording run."""
+        tick = loop._tick
+        n = int(limit / tick + 1e-9)
+        if n <= 0 or self._dead:
+            return 0.0
+        if self._state != "recording":
+            rec = self._record[kind]
+            i = self._pos[kind]
+            self._pos[kind] = i + 1
+            return rec[i] if i < len(rec) else 0.0
+        draw = self._draw
+        if draw is None:
+            ticks = 0
+        else:
+            try:
+                ticks = draw(n)
+                if isinstance(ticks, bool) or not isinstance(ticks, int) or not 0 <= ticks <= n:
+                    raise ValueError(f"draw({n}) returned {ticks!r}, not an int in 0..{n}")
+            except BaseException as exc:
+                # Hypothesis ends an example by raising from inside a draw.
+                # Raised here, inside a callback, the loop would report it
+                # and go on (and a task whose step died would wait forever).
+                # Instead the decision is 0, the Timing plays punctually from
+                # now on, and the loop stops after this iteration and raises
+                # exc from run_forever(), so it reaches hypothesis.
+                self._dead = True
+                loop._abort(exc)
+                return 0.0
+        secs = ticks * tick
+        self._record[kind].append(secs)
+        if ticks:
+            try:
+                where = site()
+            except Exception as exc:  # a description must never break the run
+                where = f"<{exc!r}>"
+            self._notes.append((kind, loop.time(), secs, where))
+        return secs
+
+
+def timings(*, max_late: float = 0.0, max_cost: float = 0.0, max_jitter: float = 0.0):
+    """A hypothesis strategy of ``Timing`` objects (needs hypothesis).
+
+    - ``max_late``: each time the loop sleeps toward its next timer it wakes
+      0..max_late seconds after that deadline (never early); the timers due by
+      then run in deadline order, after what was already ready.
+    - ``max_cost``: each ready callback (each task step) takes 0..max_cost
+      seconds of virtual time.
+    - ``max_jitter``: each ``call_external()``/``latency()`` event arrives
+      0..max_jitter seconds late, independently.
+
+    Each decision is drawn lazily, while the run goes, as a whole number of
+    the loop's ticks, so failures shrink toward the punctual run."""
+    max_late = _check_max("max_late", max_late)
+    max_cost = _check_max("max_cost", max_cost)
+    max_jitter = _check_max("max_jitter", max_jitter)
+    from hypothesis import strategies as st
+
+    ints: dict[int, Any] = {}
+
+    @st.composite
+    def _timing(draw) -> Timing:
+        def draw_ticks(n: int) -> int:
+            s = ints.get(n)
+            if s is None:
+                s = ints[n] = st.integers(0, n)
+            return draw(s)
+
+        t = Timing(max_late=max_late, max_cost=max_cost, max_jitter=max_jitter, draw=draw_ticks)
+        t._hypothesis = True
+        return t
+
+    return _timing()
+
+
+def _caller_site(depth: int) -> str:
+    return _user_frame(sys._getframe(depth + 1))

@@ -6,7 +6,7 @@ CFLAGS_C = -std=c11 -O2 -g -Wall -Wextra -Werror -Icsrc
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
-.PHONY: build test test-c tsan sanitize valgrind demo bench lint fmt clean
+.PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -47,6 +47,12 @@ valgrind:
 
 demo: build
 	$(PYTHON) -m pywheel
+
+# Other projects' asyncio suites (CPython's, anyio's, pytest-asyncio's, part of
+# aiohttp's) on the stock loop and on WheelEventLoop, compared test by test.
+# About an hour; downloads and venvs go to ~/.cache/pywheel-parity.
+parity: build
+	$(PYTHON) tests/parity/parity.py
 
 # The full side-by-side run (tens of minutes); --quick takes about a minute.
 bench: build

@@ -1,0 +1,357 @@
+"""Parity harness: other projects' asyncio test suites, each run on the stock
+loop and on WheelEventLoop, compared test by test.
+
+    python tests/parity/parity.py                  # everything this machine can run
+    python tests/parity/parity.py --suite cpython --python 3.13
+    python tests/parity/parity.py --report         # the table of the last runs
+
+Suites: CPython's whole ``test.test_asyncio`` on every CPython 3.11+ found
+(``pythonX.Y`` on PATH or under ~/.pyenv/versions), and, on the first Python
+found unless --python says otherwise, anyio's and pytest-asyncio's own test
+suites and a loop-heavy subset of aiohttp's, from their sdists.  Each runs
+twice in the same venv: as is ("stock") and with tests/parity/site first on
+PYTHONPATH and PYWHEEL_PARITY_LOOP=wheel, whose sitecustomize makes every loop
+a WheelEventLoop and counts them (a wheel run that made no WheelEventLoop is
+reported as not proven).  A test counts against pywheel when it passed on
+stock and did not pass on the wheel loop; what fails on both (no IPv6, no
+network) cancels out.
+
+Everything downloaded or built lives in --cache (default
+~/.cache/pywheel-parity): sdists (``pip download --no-binary :all:``), one venv
+per Python and suite with the suite's test dependencies from PyPI, and pywheel
+itself through a .pth pointing at this checkout (its extension is built in
+place for that Python if missing, under /tmp/pywheel-build.lock).  Results go
+to --out (default <cache>/results): per run a log, a JSON of outcomes, the
+loop count; report.md holds the table.  Slow (the whole set takes about an
+hour on two cores); suites run one after another.  Not part of pytest's run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SITE = os.path.join(ROOT, "tests", "parity", "site")
+CPYTHON_RUNNER = os.path.join(ROOT, "tests", "parity", "cpython_suite.py")
+PYTHONS = ["3.11", "3.12", "3.13"]
+
+ANYIO = "anyio==4.16.0"
+PYTEST_ASYNCIO = "pytest-asyncio==1.5.0"
+AIOHTTP = "aiohttp==3.14.5"
+
+# aiohttp's test files that drive real loops: servers, clients, connectors,
+# protocols, timeouts, websockets, the test utilities and the pytest plugin.
+AIOHTTP_FILES = [
+    "test_base_protocol.py",
+    "test_client_connection.py",
+    "test_client_functional.py",
+    "test_client_middleware.py",
+    "test_client_proto.py",
+    "test_client_request.py",
+    "test_client_response.py",
+    "test_client_session.py",
+    "test_client_ws.py",
+    "test_client_ws_functional.py",
+    "test_connector.py",
+    "test_flowcontrol_streams.py",
+    "test_helpers.py",
+    "test_http_writer.py",
+    "test_loop.py",
+    "test_pytest_plugin.py",
+    "test_resolver.py",
+    "test_run_app.py",
+    "test_streams.py",
+    "test_tcp_helpers.py",
+    "test_test_utils.py",
+    "test_web_app.py",
+    "test_web_functional.py",
+    "test_web_middleware.py",
+    "test_web_protocol.py",
+    "test_web_request_handler.py",
+    "test_web_runner.py",
+    "test_web_sendfile_functional.py",
+    "test_web_server.py",
+    "test_web_urldispatcher.py",
+    "test_web_websocket.py",
+    "test_web_websocket_functional.py",
+    "test_websocket_data_queue.py",
+    "test_websocket_writer.py",
+]
+
+SUITES = {
+    "cpython": {"deps": [], "sdist": None},
+    "anyio": {
+        "sdist": ANYIO,
+        "deps": [
+            "blockbuster>=1.5.29",
+            "hypothesis>=4.18.2",
+            "psutil>=5.9",
+            "pytest>=9.0",
+            "pytest-mock>=3.14",
+            "pytest-timeout>=2.4.0",
+            "trustme>=1.0.0",
+            "truststore>=0.9.1",
+        ],
+        # trio and uvloop runs are not about pywheel; network tests need the Internet.
+        "args": ["-k", "not trio and not uvloop", "-m", "not network"],
+    },
+    "pytest-asyncio": {
+        "sdist": PYTEST_ASYNCIO,
+        "deps": ["pytest>=8.2", "hypothesis>=5.7.1", "coverage>=6.2"],
+        "args": [],
+    },
+    "aiohttp": {
+        "sdist": AIOHTTP,
+        "env": {"AIOHTTP_NO_EXTENSIONS": "1"},
+        "deps": [
+            "pytest>=8.4",
+            "pytest-mock",
+            "pytest-timeout",
+            "freezegun",
+            "trustme",
+            "blockbuster",
+            "isal",
+            "zlib-ng",
+            "proxy.py>=2.4.4rc5",
+            "re-assert",
+        ],
+        # aiohttp's addopts want xdist and coverage: replaced by the essentials.
+        "args": [
+            "-o",
+            "addopts=",
+            "--strict-markers",
+            "-m",
+            "not dev_mode and not autobahn and not internal",
+            *[os.path.join("tests", f) for f in AIOHTTP_FILES],
+        ],
+    },
+}
+
+
+def log(msg: str) -> None:
+    print(f"[parity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def find_python(version: str) -> str | None:
+    pyenv = os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")
+    candidates = sorted(glob.glob(pyenv))[::-1] + [shutil.which(f"python{version}")]
+    for exe in candidates:  # a pyenv shim may exist for a version it cannot run
+        if exe and subprocess.run([exe, "-c", ""], capture_output=True).returncode == 0:
+            return exe
+    return None
+
+
+def sh(cmd: list[str], **kw) -> None:
+    subprocess.run(cmd, check=True, **kw)
+
+
+def sdist_dir(cache: str, spec: str) -> str:
+    """The extracted sdist of spec ("name==version"), downloaded once."""
+    name, version = spec.split("==")
+    dl = os.path.join(cache, "sdists")
+    os.makedirs(dl, exist_ok=True)
+    pattern = os.path.join(dl, f"{name.replace('-', '_')}-{version}.tar.gz")
+    alt = os.path.join(dl, f"{name}-{version}.tar.gz")
+    if not (os.path.exists(pattern) or os.path.exists(alt)):
+        sh([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
+            spec, "-d", dl])  # fmt: skip
+    archive = pattern if os.path.exists(pattern) else alt
+    src = os.path.join(cache, "src")
+    target = os.path.join(src, os.path.basename(archive)[: -len(".tar.gz")])
+    if not os.path.isdir(target):
+        os.makedirs(src, exist_ok=True)
+        with tarfile.open(archive) as tf:
+            tf.extractall(src, filter="data")
+    return target
+
+
+def build_extension(py: str) -> None:
+    """pywheel's extension for this Python, built in place if missing."""
+    tag = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    if os.path.exists(os.path.join(ROOT, "pywheel", "_core" + tag)):
+        return
+    with open("/tmp/pywheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sh([py, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT)
+
+
+def venv(cache: str, version: str, suite: str) -> str:
+    """A venv for one suite on one Python, with pywheel from this checkout."""
+    path = os.path.join(cache, "venv", f"{version}-{suite}")
+    py = os.path.join(path, "bin", "python")
+    stamp = os.path.join(path, ".ready")
+    spec = SUITES[suite]
+    if not os.path.exists(stamp):
+        base = find_python(version)
+        log(f"creating {path}")
+        sh([base, "-m", "venv", "--clear", path])
+        deps = ["setuptools", *spec["deps"]]
+        sh([py, "-m", "pip", "install", "-q", *deps])
+        if spec["sdist"]:
+            env = dict(os.environ, **spec.get("env", {}))
+            sh([py, "-m", "pip", "install", "-q", sdist_dir(cache, spec["sdist"])], env=env)
+        site = subprocess.run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        with open(os.path.join(site, "pywheel-checkout.pth"), "w") as f:
+            f.write(ROOT + "\n")
+        open(stamp, "w").close()
+    build_extension(py)
+    return py
+
+
+def junit_outcomes(path: str) -> dict[str, str]:
+    outcomes: dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        tid = f"{case.get('classname')}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        if "failure" in tags:
+            outcome = "fail"
+        elif "error" in tags:
+            # an error in teardown after a pass is reported as a second entry
+            outcome = "error"
+        elif "skipped" in tags:
+            outcome = "skip"
+        else:
+            outcome = "pass"
+        if outcomes.get(tid) in ("fail", "error"):
+            continue
+        outcomes[tid] = outcome
+    return outcomes
+
+
+def run_one(cache: str, out: str, version: str, suite: str, loop: str, timeout: float) -> None:
+    py = venv(cache, version, suite)
+    name = f"{suite}-{version}-{loop}"
+    result = os.path.join(out, name + ".json")
+    logf = os.path.join(out, name + ".log")
+    count = os.path.join(out, name + ".loops")
+    for stale in (result, count):
+        if os.path.exists(stale):
+            os.remove(stale)
+    env = dict(os.environ)
+    env.update(SUITES[suite].get("env", {}))
+    env["PYTHONPATH"] = SITE + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYWHEEL_PARITY_LOOP"] = loop
+    env["PYWHEEL_PARITY_COUNT"] = count
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if suite == "cpython":
+        cmd = [py, CPYTHON_RUNNER, result]
+        cwd = out
+    else:
+        src = sdist_dir(cache, SUITES[suite]["sdist"])
+        xml = os.path.join(out, name + ".xml")
+        cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+               *SUITES[suite]["args"]]  # fmt: skip
+        cwd = src
+    log(f"{name}: {' '.join(cmd)}")
+    t0 = time.monotonic()
+    with open(logf, "w") as f:
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                  timeout=timeout)  # fmt: skip
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    if suite != "cpython" and os.path.exists(xml):
+        with open(result, "w") as f:
+            json.dump(junit_outcomes(xml), f, indent=0, sort_keys=True)
+    log(f"{name}: exit {rc} after {time.monotonic() - t0:.0f}s")
+
+
+def load(out: str, name: str):
+    path = os.path.join(out, name + ".json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def loops_made(out: str, name: str) -> int:
+    path = os.path.join(out, name + ".loops")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(int(line.split()[1]) for line in f if line.strip())
+
+
+def report(out: str, runs: list[tuple[str, str]]) -> str:
+    rows = [
+        "| suite | Python | stock pass | WheelEventLoop pass | pass on stock, not on pywheel "
+        "| WheelEventLoops made |",
+        "|---|---|---|---|---|---|",
+    ]
+    details = []
+    for suite, version in runs:
+        stock = load(out, f"{suite}-{version}-stock")
+        wheel = load(out, f"{suite}-{version}-wheel")
+        if stock is None or wheel is None:
+            rows.append(f"| {suite} | {version} | not run | not run | | |")
+            continue
+        made = loops_made(out, f"{suite}-{version}-wheel")
+        spass = {t for t, o in stock.items() if o == "pass"}
+        wpass = {t for t, o in wheel.items() if o == "pass"}
+        lost = sorted(spass - wpass)
+        proof = str(made) if made else "0: swap NOT proven"
+        rows.append(
+            f"| {suite} | {version} | {len(spass)} | {len(wpass)} | {len(lost)} | {proof} |"
+        )
+        for t in lost:
+            details.append(f"- {suite} {version}: `{t}` ({wheel.get(t, 'not run')} on pywheel)")
+    text = "\n".join(rows)
+    if details:
+        text += "\n\nPassed on stock, not on WheelEventLoop:\n" + "\n".join(details)
+    return text + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--suite", action="append", choices=list(SUITES), help="default: all")
+    ap.add_argument("--python", action="append", help="X.Y; default: every 3.11+ found")
+    ap.add_argument("--loop", action="append", choices=["stock", "wheel"], help="default: both")
+    ap.add_argument("--cache", default=os.path.expanduser("~/.cache/pywheel-parity"))
+    ap.add_argument("--out", help="default: <cache>/results")
+    ap.add_argument("--timeout", type=float, default=3600, help="per run, seconds")
+    ap.add_argument("--report", action="store_true", help="only print the table of past runs")
+    ap.add_argument("--setup", action="store_true", help="only make the venvs")
+    args = ap.parse_args()
+    out = args.out or os.path.join(args.cache, "results")
+    os.makedirs(out, exist_ok=True)
+    pythons = args.python or [v for v in PYTHONS if find_python(v)]
+    suites = args.suite or list(SUITES)
+    runs = []
+    for suite in suites:
+        # CPython's suite on every Python; the others on the first one unless asked.
+        versions = pythons if (suite == "cpython" or args.python) else pythons[:1]
+        runs += [(suite, v) for v in versions]
+    if args.setup:
+        for suite, version in runs:
+            venv(args.cache, version, suite)
+        return 0
+    if not args.report:
+        for suite, version in runs:
+            for loop in args.loop or ["stock", "wheel"]:
+                run_one(args.cache, out, version, suite, loop, args.timeout)
+    text = report(out, runs)
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

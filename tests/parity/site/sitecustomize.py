@@ -1,0 +1,44 @@
+"""Loaded at start-up by every Python process the parity harness runs in
+"wheel" mode (this folder is put first on PYTHONPATH), including the
+subprocesses a suite starts itself (pytester, multiprocessing).
+
+PYWHEEL_PARITY_LOOP=wheel makes every loop made through asyncio's default
+policy (asyncio.run, asyncio.Runner, asyncio.new_event_loop, the pytest
+plugins) and every asyncio.SelectorEventLoop/EventLoop made by name a
+WheelEventLoop.
+Each process that made one appends "<pid> <count>" to the file named by
+PYWHEEL_PARITY_COUNT at exit: the harness's proof that the swap happened.
+"""
+
+import os
+
+if os.environ.get("PYWHEEL_PARITY_LOOP") == "wheel":
+    import asyncio
+    import atexit
+
+    import pywheel.asyncio as _pwa
+
+    _made = [0]
+    _init = _pwa.WheelEventLoop.__init__
+
+    def _counting_init(self, *args, **kwargs):
+        _made[0] += 1
+        _init(self, *args, **kwargs)
+
+    _pwa.WheelEventLoop.__init__ = _counting_init
+
+    # Every policy built on asyncio's default one (asyncio.run, Runner,
+    # new_event_loop, the pytest plugins, suites' own subclasses) makes its
+    # loops with _loop_factory; code that names the class gets ours too.
+    asyncio.DefaultEventLoopPolicy._loop_factory = _pwa.WheelEventLoop
+    asyncio.SelectorEventLoop = _pwa.WheelEventLoop
+    if hasattr(asyncio, "EventLoop"):  # 3.13's name for the default loop class
+        asyncio.EventLoop = _pwa.WheelEventLoop
+
+    def _report():
+        path = os.environ.get("PYWHEEL_PARITY_COUNT")
+        if path and _made[0]:
+            with open(path, "a") as f:
+                f.write(f"{os.getpid()} {_made[0]}\n")
+
+    atexit.register(_report)

@@ -6,7 +6,8 @@ CFLAGS_C = -std=c11 -O2 -g -Wall -Wextra -Werror -Icsrc
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
-.PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean
+.PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
+  warnings stubtest dist test-installed test-sdist
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -45,6 +46,34 @@ valgrind:
 	$(CC) $(CFLAGS_C) -o build/test_driver csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_driver 2 2000
 
+# Every C file, module.c with Python's headers, under -Wall -Wextra -Werror,
+# with gcc and with clang (apt-get install clang); a missing compiler is said.
+warnings:
+	@inc=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	status=0; for cc in gcc clang; do \
+	  if ! command -v $$cc >/dev/null; then echo "$$cc: not installed, skipped"; continue; fi; \
+	  for f in csrc/*.c; do \
+	    $$cc -std=c11 -O2 -Wall -Wextra -Werror -fsyntax-only -Icsrc -I$$inc $$f || status=1; \
+	  done; echo "$$cc: checked"; \
+	done; exit $$status
+
+# The type stubs against the built extension.
+stubtest: build
+	$(PYTHON) -m mypy.stubtest pywheel._core
+
+# What users install (see .ci/test-dist): the sdist and the wheel in dist/,
+# checked by twine and check-wheel-contents; the suite against the wheel
+# installed in a fresh venv, run from outside this tree; the same after
+# `pip install` of the sdist.
+dist:
+	PYTHON=$(PYTHON) .ci/test-dist build
+
+test-installed:
+	PYTHON=$(PYTHON) .ci/test-dist wheel
+
+test-sdist:
+	PYTHON=$(PYTHON) .ci/test-dist sdist
+
 demo: build
 	$(PYTHON) -m pywheel
 
@@ -70,4 +99,4 @@ fmt:
 	clang-format -i csrc/*.c csrc/*.h
 
 clean:
-	rm -rf build *.egg-info pywheel/*.so
+	rm -rf build dist *.egg-info pywheel/*.so

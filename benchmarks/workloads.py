@@ -21,6 +21,8 @@ import time
 import tracemalloc
 from dataclasses import dataclass, field
 
+import pywheel
+
 from . import peers as P
 from .util import (
     ROOT,
@@ -352,7 +354,13 @@ MEM_PEERS = [P.PyWheel, P.AsyncioLoop, P.UvLoop, P.Sched, P.HeapqTuples, P.Threa
 def mem_units(classes: list[type[P.Peer]], cfg: Config) -> list[dict]:
     """Runs one child per implementation, all at once (each its own RSS)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # The children import the pywheel this process imported (an installed
+    # one, under the test suite), and find benchmarks/ in ROOT after it.
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(pywheel.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [pkg_parent, env.get("PYTHONPATH"), str(ROOT)])
+    )
+    env["PYTHONSAFEPATH"] = "1"  # nor the working folder before them
     procs = []
     for cls in classes:
         n = min(cfg.mem_n, cfg.thread_mem_n if cls is P.ThreadTimer else cfg.mem_n)

@@ -78,7 +78,9 @@ struct core {
   bool forked;          /* set in a forked child for the cores that existed at fork */
   bool fork_own_thread; /* ... and fork() was called on this core's wheel thread */
   bool thread_alive_at_fork;
-  unsigned long advancing; /* ManualWheel: ident of the thread inside advance(), or 0 */
+  int thread_state_made;    /* 0 while the thread starts, then 1, or -1 if it could not */
+  struct core *waiting_for; /* the core whose thread this one's waits for (wait_mu) */
+  unsigned long advancing;  /* ManualWheel: ident of the thread inside advance(), or 0 */
   const char *closed_why;
   int64_t manual_ns; /* ManualWheel's clock */
   /* ManualWheel, for exact deadlines: while part_tick != 0, part_min is the
@@ -530,7 +532,7 @@ static PyMethodDef handle_methods[] = {
      "get_context() -> contextvars.Context\n--\n\nThe context the callback runs in."},
     {"when", (PyCFunction)handle_when, METH_NOARGS,
      "when() -> float\n--\n\nExact deadline of the next (or last) run, wheel clock seconds."},
-    {NULL},
+    {NULL, NULL, 0, NULL},
 };
 
 static PyObject *handle_get_when(HandleObject *h, void *Py_UNUSED(closure)) {
@@ -542,7 +544,7 @@ static PyGetSetDef handle_getset[] = {
     /* asyncio.TimerHandle keeps its deadline in _when, and code that
      * inspects asyncio's handles (aiohttp's tests among them) reads it. */
     {"_when", (getter)handle_get_when, NULL, "when(), as asyncio.TimerHandle._when.", NULL},
-    {NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyType_Slot handle_slots[] = {
@@ -780,16 +782,40 @@ static Py_ssize_t run_batch(core *c) {
 /* ------------------------------------------------------------------ */
 /* the wheel thread's hooks (see driver.h)                             */
 
-/* True on every wheel thread: a close() there must not wait for a thread,
- * which could be waiting for this one. */
-static _Thread_local bool on_wheel_thread;
+/* The core whose thread this is, on every wheel thread; NULL elsewhere. */
+static _Thread_local core *thread_core;
 
-static void hook_start(pw_driver *Py_UNUSED(d), void *arg) {
+#if PY_VERSION_HEX < 0x030C0000
+/* 3.11's PyThreadState_New does not check its allocation: when memory runs
+ * out it dereferences NULL.  The threading module's own threads take these
+ * two steps instead, which a caller can check; the second is exported but
+ * declared only in 3.11's internal headers. */
+PyAPI_FUNC(void) _PyThreadState_SetCurrent(PyThreadState *tstate);
+
+static PyThreadState *new_thread_state(PyInterpreterState *interp) {
+  PyThreadState *ts = _PyThreadState_Prealloc(interp); /* bound to this thread */
+  if (ts)
+    _PyThreadState_SetCurrent(ts);
+  return ts;
+}
+#else
+static PyThreadState *new_thread_state(PyInterpreterState *interp) {
+  return PyThreadState_New(interp); /* checks its allocation since 3.12 */
+}
+#endif
+
+static void hook_start(pw_driver *d, void *arg) {
   core *c = arg;
-  on_wheel_thread = true;
+  thread_core = c;
   /* One thread state for the thread's whole life; creating it needs no GIL.
-   * Made here, so that it is bound to this OS thread. */
-  c->tstate = PyThreadState_New(c->interp);
+   * Made here, so that it is bound to this OS thread.  The constructor
+   * waits for the answer, so that a failure is its MemoryError. */
+  PyThreadState *ts = new_thread_state(c->interp);
+  pw_driver_lock(d);
+  c->tstate = ts;
+  c->thread_state_made = ts ? 1 : -1;
+  pthread_cond_broadcast(&d->exit_cv);
+  pw_driver_unlock(d);
 }
 
 static void hook_run(pw_driver *d, void *arg) {
@@ -952,6 +978,16 @@ static core *core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
       errno = -r;
       return (core *)PyErr_SetFromErrno(PyExc_OSError);
     }
+    pw_driver *d = &c->drv;
+    Py_BEGIN_ALLOW_THREADS pw_driver_lock(d);
+    while (!c->thread_state_made)
+      pthread_cond_wait(&d->exit_cv, &d->mu);
+    pw_driver_unlock(d);
+    Py_END_ALLOW_THREADS if (c->thread_state_made < 0) {
+      pw_driver_stop(d); /* it leaves at once; its exit hook drops its reference */
+      core_decref(c);
+      return (core *)PyErr_NoMemory();
+    }
   }
   return c;
 }
@@ -1045,6 +1081,26 @@ static int wheel_traverse(WheelObject *self, visitproc visit, void *arg) {
     r = visit_handle(c->drv.batch[i], &v);
   pw_driver_unlock(&c->drv);
   return r;
+}
+
+/*
+ * The collector calls every finalizer of a garbage set before it clears
+ * anything in it.  A wheel that is garbage together with its pending
+ * callbacks must stop running them by then: the clears that follow may
+ * release the GIL (a __del__ of an older object they free sleeps, or runs
+ * for a switch interval), and the wheel's thread would then call a function
+ * whose globals were already cleared.  So the wheel closes here, cancelling
+ * and releasing everything pending, as its dealloc would.  A finalizer of
+ * the same garbage that resurrects the wheel gets it back closed.
+ */
+static void wheel_finalize(WheelObject *self) {
+  core *c = self->core;
+  if (!c || c->closed)
+    return;
+  PyObject *exc = fetch_exc(); /* a finalizer keeps the current exception */
+  close_core(c, "collected as garbage", false);
+  if (exc)
+    restore_exc(exc);
 }
 
 static int wheel_clear(WheelObject *self) {
@@ -1291,16 +1347,54 @@ static int wait_thread(core *c, int64_t timeout_ns) {
   }
 }
 
-/* close(), and the wait for the thread unless called from it. */
+/*
+ * Waits between wheel threads.  A callback may close another wheel and wait
+ * for its thread, which may itself be in a callback closing a third, and so
+ * on; a wait that would close a cycle (back to the caller's own thread)
+ * would never end, so it is not made: close() then returns at once, as it
+ * does on the wheel's own thread.  Each wheel thread waits for at most one
+ * other, so the waits form chains, walked and extended under one mutex: of
+ * two threads closing each other at the same moment, the second sees the
+ * first's wait.  Every core on a chain is kept alive by its waiter's
+ * reference to the wheel object.
+ */
+static pthread_mutex_t wait_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether the calling thread may wait for c's thread; if so, records it. */
+static bool wait_begin(core *c) {
+  core *me = thread_core;
+  if (!me)
+    return true; /* not a wheel thread: nobody waits for it */
+  bool cycle = false;
+  pthread_mutex_lock(&wait_mu);
+  for (core *y = c; y && !cycle; y = y->waiting_for)
+    cycle = y == me;
+  if (!cycle)
+    me->waiting_for = c;
+  pthread_mutex_unlock(&wait_mu);
+  return !cycle;
+}
+
+static void wait_end(void) {
+  core *me = thread_core;
+  if (!me)
+    return;
+  pthread_mutex_lock(&wait_mu);
+  me->waiting_for = NULL;
+  pthread_mutex_unlock(&wait_mu);
+}
+
+/* close(), and the wait for the thread, unless that could never end. */
 static PyObject *close_and_wait(WheelObject *self, int64_t timeout) {
   core *c = self->core;
   PyObject *list = close_core(c, NULL, true);
-  /* No waiting on a wheel thread (it could be waiting for this one), nor
-   * once the atexit hook ran: its grace is over, and a thread still in a
-   * callback then may die in the interpreter's take_gil without a word. */
-  if (!c->manual && c->drv.started && !on_wheel_thread && !state_of_type(Py_TYPE(self))->exited) {
+  /* No waiting once the atexit hook ran: its grace is over, and a thread
+   * still in a callback then may die in the interpreter's take_gil without
+   * a word. */
+  if (!c->manual && c->drv.started && !state_of_type(Py_TYPE(self))->exited && wait_begin(c)) {
     Py_INCREF(self); /* keeps the core while the GIL is released */
     int r = wait_thread(c, timeout);
+    wait_end();
     Py_DECREF(self);
     if (r < 0) {
       Py_XDECREF(list);
@@ -1782,6 +1876,7 @@ static PyObject *mod_shutdown(PyObject *m, PyObject *arg) {
  * holding one.
  */
 static void atfork_prepare(void) {
+  pthread_mutex_lock(&wait_mu);
   pthread_mutex_lock(&registry_mu);
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
     pw_driver_lock(&c->drv);
@@ -1791,12 +1886,15 @@ static void atfork_parent(void) {
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
     pw_driver_unlock(&c->drv);
   pthread_mutex_unlock(&registry_mu);
+  pthread_mutex_unlock(&wait_mu);
 }
 
 static void atfork_child(void) {
+  pthread_mutex_init(&wait_mu, NULL);
   pthread_mutex_init(&registry_mu, NULL);
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next) {
     c->forked = true;
+    c->waiting_for = NULL; /* whoever waited is gone, or is this thread */
     c->thread_alive_at_fork = c->drv.started && !c->drv.exited;
     c->fork_own_thread = c->thread_alive_at_fork && pthread_equal(c->drv.thread, pthread_self());
     bool stop = c->drv.stop;
@@ -1902,7 +2000,7 @@ static PyMethodDef wheel_methods[] = {
      "Log the context on the 'pywheel' logger."},
     {"stats", (PyCFunction)wheel_stats, METH_NOARGS,
      "stats() -> dict\n--\n\nCounters and lateness percentiles (seconds)."},
-    {NULL},
+    {NULL, NULL, 0, NULL},
 };
 
 static PyMethodDef manual_methods[] = {
@@ -1933,12 +2031,12 @@ static PyMethodDef manual_methods[] = {
      "time() for a timer already due."},
     {"advance_to_next", (PyCFunction)manual_advance_to_next, METH_NOARGS,
      "advance_to_next() -> int\n--\n\nJump to next_deadline() and run what is due there."},
-    {NULL},
+    {NULL, NULL, 0, NULL},
 };
 
 static PyMemberDef wheel_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(WheelObject, weakreflist), READONLY, NULL},
-    {NULL},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyObject *wheel_get_class(WheelObject *self, void *Py_UNUSED(closure)) {
@@ -1974,7 +2072,7 @@ static int wheel_set_class(WheelObject *self, PyObject *value, void *Py_UNUSED(c
 static PyGetSetDef wheel_getset[] = {
     {"closed", (getter)wheel_get_closed, NULL, "True once close() was called.", NULL},
     {"__class__", (getter)wheel_get_class, (setter)wheel_set_class, NULL, NULL},
-    {NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyType_Slot wheel_slots[] = {
@@ -1982,6 +2080,7 @@ static PyType_Slot wheel_slots[] = {
     {Py_tp_dealloc, wheel_dealloc},
     {Py_tp_traverse, wheel_traverse},
     {Py_tp_clear, wheel_clear},
+    {Py_tp_finalize, wheel_finalize},
     {Py_tp_repr, wheel_repr},
     {Py_tp_methods, wheel_methods},
     {Py_tp_members, wheel_members},
@@ -2021,7 +2120,7 @@ static PyMethodDef module_methods[] = {
     {"_after_fork_child", mod_after_fork_child, METH_NOARGS, NULL},
     {"_fail_alloc_after", mod_fail_alloc_after, METH_O,
      "Test hook: make the n-th next handle allocation fail (0 disables)."},
-    {NULL},
+    {NULL, NULL, 0, NULL},
 };
 
 static int module_exec(PyObject *m) {

@@ -48,6 +48,15 @@ def test_driver_thread_from_c(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_driver_checks_wait_for_the_last_batch(tmp_path_factory):
+    # Every run hook takes 30 ms: the last batch leaves the wheel long before
+    # its runs are counted, which once failed this program on loaded machines
+    # ("item 3824 fired 0 times"); it must wait for the runs, not the wheel.
+    exe = build(tmp_path_factory, "test_driver", ["test_driver.c", "driver.c", "wheel.c"])
+    proc = subprocess.run([exe, "2", "2000", "30"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_broken_slot_computation_is_caught(tmp_path_factory):
     # The same program against a wheel sabotaged to file timers one slot
     # late: the checker and the model must both notice.

@@ -1531,6 +1531,15 @@ acting = st.builds(FloatActs, st.sampled_from(ACTIONS), st.sampled_from([0.0, 0.
 values = st.one_of(numbers, junk, acting)
 
 
+# The clock's range (README, "Guarantees and limits"): |t| < 2**63 ns.
+RANGE_NS = 2.0**63
+
+
+def _in_range(s: float) -> bool:
+    """Whether finite seconds s fit the clock, computed as the C code does."""
+    return abs(s * 1e9) < RANGE_NS
+
+
 def _seconds(v):
     """The float seconds a valid number stands for, or the exception class
     the documented rules demand ('Bad input' in the README)."""
@@ -1543,19 +1552,36 @@ def _seconds(v):
     if isinstance(v, IndexOnly):
         v = v.value  # then as an int
     if isinstance(v, bool | int):
-        return math.inf if v > 10**18 else -math.inf if v < -(10**18) else float(v)
+        return float(v) if abs(v) <= 9223372036 else OverflowError
     if isinstance(v, fractions.Fraction):
-        return math.inf if v > 10**300 else -math.inf if v < -(10**300) else float(v)
+        try:
+            f = float(v)
+        except OverflowError:
+            return OverflowError
+        return f if _in_range(f) else OverflowError
     if isinstance(v, float):
-        return ValueError if math.isnan(v) else v
+        if math.isnan(v):
+            return ValueError
+        return v if not math.isfinite(v) or _in_range(v) else OverflowError
     if isinstance(v, decimal.Decimal):
-        return ValueError if v.is_nan() else float(v)
+        if v.is_nan():
+            return ValueError
+        f = float(v)
+        return f if not math.isfinite(f) or _in_range(f) else OverflowError
     return TypeError
 
 
-def _expect_delay(v):
+def _expect_delay(v, now=0.0):
+    """call_at(v) (now=0) or call_later(v) at wheel time now."""
     s = _seconds(v)
-    return {s} if isinstance(s, type) else {"ok"}
+    if isinstance(s, type):
+        return {s}
+    if not math.isfinite(s):
+        return {"ok"}
+    t = abs(now + s) * 1e9
+    if t < RANGE_NS * (1 - 1e-12):
+        return {"ok"}
+    return {OverflowError} if t > RANGE_NS * (1 + 1e-12) else {"ok", OverflowError}
 
 
 def _expect_interval(v):
@@ -1564,7 +1590,7 @@ def _expect_interval(v):
         return {s}
     if not math.isfinite(s) or s <= 0:
         return {ValueError}
-    if s < 1e-9 or s > 9e9:  # rounds to 0 ns, or saturates: either answer is fine
+    if s < 1e-9:  # rounds to 0 ns
         return {ValueError, "ok"}
     return {"ok"}
 
@@ -1641,11 +1667,11 @@ def _run_fuzz(w, ops):
                 interval, first = v
                 expect = _expect_interval(interval)
                 if expect == {"ok"} and first is not None:
-                    expect = _expect_delay(first)
+                    expect = _expect_delay(first, w.time())
                 kw = {} if first is None else {"first": first}
                 got, res = _outcome(w.call_every, interval, callback, *args, context=ctx_obj, **kw)
             else:
-                expect = _expect_delay(v)
+                expect = _expect_delay(v, w.time() if name == "call_later" else 0.0)
                 got, res = _outcome(getattr(w, name), v, callback, *args, context=ctx_obj)
             # the argument checks come in a fixed order: callable, context, numbers
             if not callable(callback):
@@ -1690,14 +1716,18 @@ def _run_fuzz(w, ops):
                 elif got == "ok":
                     assert isinstance(res, int) and res >= 0
                     if name == "run_due":
-                        assert sec >= t0 - 1e-9 and w.time() == pytest.approx(sec)
+                        # times are whole nanoseconds, rounded to nearest
+                        assert sec >= t0 - 1e-9 and w.time() == pytest.approx(sec, abs=1e-9)
                     else:
                         assert sec >= -1e-9
+                elif got is OverflowError:  # the new time would leave the clock's range
+                    target = sec + (t0 if name == "advance" else 0.0)
+                    assert abs(target) * 1e9 >= RANGE_NS * (1 - 1e-12), op
                 else:
-                    # NaN, infinite or saturating, or a step backwards
+                    # NaN, infinite, or a step backwards
                     assert got is ValueError, (op, got, res)
                     limit = 0.0 if name == "advance" else w.time()
-                    assert not math.isfinite(sec) or abs(sec) > 9e9 or sec < limit + 1e-9, op
+                    assert not math.isfinite(sec) or sec < limit + 1e-9, op
                 assert w.time() >= t0
         elif name == "close":
             arm([op[1]])
@@ -1729,6 +1759,8 @@ def test_hostile_input_fuzz_manual(ops, tick):
         try:  # a repeating timer runs at most every tick: bound the runs to 10,000
             w.advance(10_000 * tick)
         except RuntimeError:
+            pass
+        except OverflowError:  # time is at the end of the clock's range already
             pass
     left = w.close()
     assert all(h.cancelled() for h in left)
@@ -1762,6 +1794,8 @@ def test_hostile_wheel_construction(tick, start):
         if start is not None:
             s2 = _seconds(start)
             allowed |= {s2} if isinstance(s2, type) else {ValueError}
+            if s2 is OverflowError:  # refused as out of range, maybe before tick is read
+                allowed |= {ValueError}
         assert got in allowed, (tick, start, got, w)
         return
     assert isinstance(s, float) and math.isfinite(s) and s > 0
@@ -1967,8 +2001,8 @@ def test_subclasses_in_cycles_with_finalizers(cls):
 
 
 # These numbers are beyond a float's range but are numbers: like a huge int
-# (or Decimal('1e400')) they mean "never" for a delay and are rejected with
-# ValueError as an interval (they raised OverflowError before 0a8134b).
+# they are beyond the clock's range and refused with OverflowError wherever
+# a time is expected (they meant "never" before issue 9; inf still does).
 HUGE = [
     (fractions.Fraction(10**400), 1),
     (IndexOnly(10**400), 1),
@@ -1978,16 +2012,18 @@ HUGE = [
 
 
 @pytest.mark.parametrize(("value", "sign"), HUGE, ids=["Fraction", "index", "-Fraction", "-index"])
-def test_huge_fraction_or_index_is_like_a_huge_int(value, sign):
+def test_huge_fraction_or_index_is_refused_like_a_huge_int(value, sign):
     w = ManualWheel(start=10)
-    inf = math.inf * sign
-    assert w.call_later(sign * 10**400, print).when() == inf  # the int reference
-    assert w.call_later(value, print).when() == inf
-    assert w.call_at(value, print).when() == inf
-    with pytest.raises(ValueError):
-        w.call_every(value, print)
-    with pytest.raises(ValueError):
-        ManualWheel(tick=value)
+    for v in (sign * 10**400, value):  # the int reference, then the others
+        with pytest.raises(OverflowError, match="beyond the clock's range"):
+            w.call_later(v, print)
+        with pytest.raises(OverflowError, match="beyond the clock's range"):
+            w.call_at(v, print)
+        with pytest.raises(OverflowError):
+            w.call_every(v, print)
+        with pytest.raises(OverflowError):
+            ManualWheel(tick=v)
+    assert len(w) == 0 and w.stats()["scheduled"] == 0
     w.close()
 
 

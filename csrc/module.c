@@ -525,13 +525,16 @@ static PyObject *handle_repr(HandleObject *h) {
 
 static PyMethodDef handle_methods[] = {
     {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
-     "cancel() -> bool\n--\n\nStop the timer. True if this call stopped a future run."},
+     "cancel($self, /)\n--\n\nReturns bool. Stop the timer. True if this call stopped a future "
+     "run."},
     {"cancelled", (PyCFunction)handle_cancelled, METH_NOARGS,
-     "cancelled() -> bool\n--\n\nTrue once cancel() succeeded or the wheel was closed."},
+     "cancelled($self, /)\n--\n\nReturns bool. True once cancel() succeeded or the wheel was "
+     "closed."},
     {"get_context", (PyCFunction)handle_get_context, METH_NOARGS,
-     "get_context() -> contextvars.Context\n--\n\nThe context the callback runs in."},
+     "get_context($self, /)\n--\n\nReturns contextvars.Context. The context the callback runs in."},
     {"when", (PyCFunction)handle_when, METH_NOARGS,
-     "when() -> float\n--\n\nExact deadline of the next (or last) run, wheel clock seconds."},
+     "when($self, /)\n--\n\nReturns float. Exact deadline of the next (or last) run, wheel clock "
+     "seconds."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1966,71 +1969,74 @@ static PyObject *mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
 
 static PyMethodDef wheel_methods[] = {
     {"call_later", (PyCFunction)(void (*)(void))wheel_call_later, SCHED_FLAGS,
-     "call_later(delay, callback, /, *args, context=None) -> TimerHandle\n--\n\n"
+     "call_later($self, delay, callback, /, *args, context=None)\n--\n\nReturns TimerHandle. "
      "Run callback(*args) once, delay seconds from now."},
     {"call_at", (PyCFunction)(void (*)(void))wheel_call_at, SCHED_FLAGS,
-     "call_at(when, callback, /, *args, context=None) -> TimerHandle\n--\n\n"
+     "call_at($self, when, callback, /, *args, context=None)\n--\n\nReturns TimerHandle. "
      "Run callback(*args) once at wheel time `when` (seconds, time()'s clock)."},
     {"call_every", (PyCFunction)(void (*)(void))wheel_call_every, SCHED_FLAGS,
-     "call_every(interval, callback, /, *args, first=None, context=None) -> TimerHandle\n--\n\n"
+     "call_every($self, interval, callback, /, *args, first=None, context=None)\n--\n\nReturns "
+     "TimerHandle. "
      "Run callback(*args) every interval seconds, the first time after `first` seconds "
      "(default: interval).  Fixed rate, no drift; missed runs are skipped and counted."},
     {"time", (PyCFunction)wheel_time, METH_NOARGS,
-     "time() -> float\n--\n\nThe wheel's clock in seconds (time.monotonic() for Wheel)."},
+     "time($self, /)\n--\n\nReturns float. The wheel's clock in seconds (time.monotonic() for "
+     "Wheel)."},
     {"time_ns", (PyCFunction)wheel_time_ns, METH_NOARGS,
-     "time_ns() -> int\n--\n\nThe wheel's clock in nanoseconds."},
+     "time_ns($self, /)\n--\n\nReturns int. The wheel's clock in nanoseconds."},
     {"close", (PyCFunction)(void (*)(void))wheel_close, METH_VARARGS | METH_KEYWORDS,
-     "close(timeout=None) -> list[TimerHandle]\n--\n\n"
+     "close($self, /, timeout=None)\n--\n\nReturns list[TimerHandle]. "
      "Cancel every timer not yet started, stop the thread after the running callback "
      "(waiting up to timeout seconds for it) and return the cancelled handles."},
     {"__enter__", (PyCFunction)wheel_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)wheel_exit, METH_VARARGS, NULL},
     {"set_exception_handler", (PyCFunction)(void (*)(void))wheel_set_handler, SCHED_FLAGS,
-     "set_exception_handler(handler) -> None\n--\n\n"
+     "set_exception_handler($self, /, handler)\n--\n\n"
      "handler(wheel, context) receives errors; None restores the default."},
     {"get_exception_handler", (PyCFunction)wheel_get_handler, METH_NOARGS,
-     "get_exception_handler() -> handler or None\n--\n\n"},
+     "get_exception_handler($self, /)\n--\n\nReturns the handler, or None for the default one."},
     {"call_exception_handler", (PyCFunction)(void (*)(void))wheel_call_exception_handler,
      SCHED_FLAGS,
-     "call_exception_handler(context) -> None\n--\n\n"
+     "call_exception_handler($self, /, context)\n--\n\n"
      "Send a context dict to the current exception handler."},
     {"default_exception_handler", (PyCFunction)(void (*)(void))wheel_default_exception_handler,
      SCHED_FLAGS,
-     "default_exception_handler(context) -> None\n--\n\n"
+     "default_exception_handler($self, /, context)\n--\n\n"
      "Log the context on the 'pywheel' logger."},
     {"stats", (PyCFunction)wheel_stats, METH_NOARGS,
-     "stats() -> dict\n--\n\nCounters and lateness percentiles (seconds)."},
+     "stats($self, /)\n--\n\nReturns dict. Counters and lateness percentiles (seconds)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyMethodDef manual_methods[] = {
     {"advance", (PyCFunction)(void (*)(void))manual_advance, METH_FASTCALL | METH_KEYWORDS,
-     "advance(seconds) -> int\n--\n\n"
+     "advance($self, /, seconds)\n--\n\nReturns int. "
      "Move time forward, running every due callback at its own tick; return how many ran."},
     {"advance_to", (PyCFunction)(void (*)(void))manual_advance_to, METH_FASTCALL | METH_KEYWORDS,
-     "advance_to(when) -> int\n--\n\nLike advance(), to the absolute time `when`."},
+     "advance_to($self, /, when)\n--\n\nReturns int. Like advance(), to the absolute time `when`."},
     {"next_deadline", (PyCFunction)manual_next_deadline, METH_NOARGS,
-     "next_deadline() -> float | None\n--\n\n"
+     "next_deadline($self, /)\n--\n\nReturns float | None. "
      "Time at which the next callback runs (its tick), or None if nothing will."},
     {"run_due", (PyCFunction)(void (*)(void))manual_run_due, METH_FASTCALL | METH_KEYWORDS,
-     "run_due(when) -> int\n--\n\n"
+     "run_due($self, /, when)\n--\n\nReturns int. "
      "Move time to `when` and run every timer whose exact deadline is <= when, as one batch "
      "(the event-loop flavour of advance_to: what those callbacks schedule waits for the "
      "next call)."},
     {"collect_due", (PyCFunction)(void (*)(void))manual_collect_due, METH_FASTCALL | METH_KEYWORDS,
-     "collect_due(when) -> int\n--\n\n"
+     "collect_due($self, /, when)\n--\n\nReturns int. "
      "The first half of run_due(): move time to `when` and set aside every timer whose exact "
      "deadline is <= when; return how many are set aside.  cancel() still stops them."},
     {"run_collected", (PyCFunction)manual_run_collected, METH_NOARGS,
-     "run_collected() -> int\n--\n\n"
+     "run_collected($self, /)\n--\n\nReturns int. "
      "The second half of run_due(): run the timers collect_due() set aside, in deadline "
      "order; return how many ran."},
     {"next_when", (PyCFunction)manual_next_when, METH_NOARGS,
-     "next_when() -> float | None\n--\n\n"
+     "next_when($self, /)\n--\n\nReturns float | None. "
      "Exact deadline (when()) of the next timer to run, or None if nothing will; at most "
      "time() for a timer already due."},
     {"advance_to_next", (PyCFunction)manual_advance_to_next, METH_NOARGS,
-     "advance_to_next() -> int\n--\n\nJump to next_deadline() and run what is due there."},
+     "advance_to_next($self, /)\n--\n\nReturns int. Jump to next_deadline() and run what is due "
+     "there."},
     {NULL, NULL, 0, NULL},
 };
 

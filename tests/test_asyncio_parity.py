@@ -355,6 +355,23 @@ def test_timer_handle_when_attribute(run=None):
     assert wheel == stock
 
 
+def test_when_is_a_float_even_for_an_int_deadline():
+    # Documented: the stock loop gives back the number it was given (aiohttp
+    # passes math.ceil()'s int); the wheel keeps integer nanoseconds and
+    # reports float seconds, equal to that number.
+    async def main():
+        loop = asyncio.get_running_loop()
+        h = loop.call_at(math.ceil(loop.time()) + 5, print)
+        try:
+            return type(h.when()).__name__, type(h._when).__name__, h.when() == int(h.when())
+        finally:
+            h.cancel()
+
+    stock, wheel = on_both(main)
+    assert stock == ("int", "int", True)
+    assert wheel == ("float", "float", True)
+
+
 def test_debug_mode_handles_are_asyncio_timer_handles():
     # In debug mode the loop's timers are asyncio.TimerHandle objects, with
     # the source traceback and repr asyncio gives them.

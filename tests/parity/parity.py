@@ -124,6 +124,7 @@ SUITES = {
             "zlib-ng",
             "proxy.py>=2.4.4rc5",
             "re-assert",
+            "coverage",  # its filterwarnings name a coverage warning class
         ],
         # aiohttp's addopts want xdist and coverage: replaced by the essentials.
         "args": [

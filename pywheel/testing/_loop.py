@@ -231,7 +231,7 @@ class VirtualEventLoop(WheelEventLoop):
             )
         if self._max_late:
             site = functools.partial(self._wake_site, target)
-            target += self._timing._decide(self, "wake", self._max_late, site)
+            target += self._timing._decide(self, "wake", self._max_late, site, target)
         if target > self._vtime:
             self._vtime = target
 
@@ -366,9 +366,18 @@ def run(
     """``asyncio.run(main)`` on virtual time; returns ``main``'s result."""
     # Checked before the Runner exists, so a bad argument leaves no
     # un-awaited coroutine behind without saying why.
-    loop = VirtualEventLoop(
-        start=start, tick=tick, timing=timing, limit=limit, autojump_threshold=autojump_threshold
-    )
+    try:
+        loop = VirtualEventLoop(
+            start=start,
+            tick=tick,
+            timing=timing,
+            limit=limit,
+            autojump_threshold=autojump_threshold,
+        )
+    except BaseException:
+        if asyncio.iscoroutine(main):
+            main.close()  # refused before it could run: no "never awaited" noise
+        raise
     try:
         with asyncio.Runner(debug=debug, loop_factory=lambda: loop) as runner:
             return runner.run(main)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import weakref
 from asyncio import tasks as _tasks
@@ -21,6 +22,7 @@ __all__ = ["Timing", "timings"]
 #: The three kinds of decision, in the order ``repr()`` names them.
 KINDS = ("wake", "step", "external")
 
+_DEFAULT_TASK_NAME = re.compile(r"Task-\d+")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PYWHEEL = os.path.dirname(_HERE)
 _ASYNCIO = os.path.dirname(os.path.abspath(_tasks.__file__))
@@ -64,7 +66,10 @@ def task_site(task) -> str:
     if where is None:
         code = getattr(task.get_coro(), "cr_code", None)
         where = f"{code.co_name}()" if code is not None else repr(task.get_coro())
-    return f"task {task.get_name()!r} in {where}"
+    name = task.get_name()
+    if _DEFAULT_TASK_NAME.fullmatch(name):  # a process-wide counter: not worth showing
+        return f"task in {where}"
+    return f"task {name!r} in {where}"
 
 
 def callback_site(callback) -> str:
@@ -107,6 +112,8 @@ class Timing:
         "_state",
         "_owner",
         "_dead",
+        "_draws",
+        "max_draws",
         "__weakref__",
     )
 
@@ -117,7 +124,14 @@ class Timing:
         max_cost: float = 0.0,
         max_jitter: float = 0.0,
         draw: Callable[[int], int] | None = None,
+        max_draws: int | None = None,
     ) -> None:
+        if max_draws is not None and (
+            isinstance(max_draws, bool) or not isinstance(max_draws, int) or max_draws < 0
+        ):
+            raise ValueError(f"max_draws must be an int >= 0 or None, got {max_draws!r}")
+        self.max_draws = max_draws
+        self._draws = 0
         self.max_late = _check_max("max_late", max_late)
         self.max_cost = _check_max("max_cost", max_cost)
         self.max_jitter = _check_max("max_jitter", max_jitter)
@@ -160,13 +174,27 @@ class Timing:
         if not self._notes:
             return head + ": punctual)"
         parts = []
-        for kind, t, secs, site in self._notes:
+        notes = self._notes
+        i = 0
+        while i < len(notes):
+            kind, t, secs, site = notes[i]
+            # Consecutive equal decisions at one site read as one line.
+            j = i + 1
+            while j < len(notes) and notes[j][0] == kind and notes[j][2:] == (secs, site):
+                j += 1
+            n = j - i
+            at = f"t={_fmt(t)}" if n == 1 else f"t={_fmt(t)}..{_fmt(notes[j - 1][1])}"
+            each = "" if n == 1 else " each"
             if kind == "wake":
-                parts.append(f"woke {_fmt(secs)} late at t={_fmt(t)} for {site}")
+                what = "the deadline" if n == 1 else f"each of {n} deadlines"
+                parts.append(f"woke {_fmt(secs)} late for {what} {at} ({site})")
             elif kind == "step":
-                parts.append(f"step of {site} at t={_fmt(t)} took {_fmt(secs)}")
+                what = "step" if n == 1 else f"{n} steps"
+                parts.append(f"{what} of {site} at {at} took {_fmt(secs)}{each}")
             else:
-                parts.append(f"{site} at t={_fmt(t)} arrived {_fmt(secs)} late")
+                what = "" if n == 1 else f" ({n} events)"
+                parts.append(f"{site}{what} sent at {at} arrived {_fmt(secs)} late{each}")
+            i = j
         sep = "; " if len(parts) < 3 else ";\n  "
         return head + (": " if len(parts) < 3 else ":\n  ") + sep.join(parts) + ")"
 
@@ -201,10 +229,13 @@ class Timing:
                 except Exception:  # outside a test: nothing to note in
                     pass
 
-    def _decide(self, loop: VirtualEventLoop, kind: str, limit: float, site) -> float:
+    def _decide(
+        self, loop: VirtualEventLoop, kind: str, limit: float, site, at: float | None = None
+    ) -> float:
         """Seconds of perturbation for one decision of ``kind`` (0..limit, in
         whole ticks).  ``site()`` names the event; it is called only for
-        non-zero decisions of the recording run."""
+        non-zero decisions of the recording run, which are noted at virtual
+        time ``at`` (default: now)."""
         tick = loop._tick
         n = int(limit / tick + 1e-9)
         if n <= 0 or self._dead:
@@ -215,9 +246,10 @@ class Timing:
             self._pos[kind] = i + 1
             return rec[i] if i < len(rec) else 0.0
         draw = self._draw
-        if draw is None:
+        if draw is None or (self.max_draws is not None and self._draws >= self.max_draws):
             ticks = 0
         else:
+            self._draws += 1
             try:
                 ticks = draw(n)
                 if isinstance(ticks, bool) or not isinstance(ticks, int) or not 0 <= ticks <= n:
@@ -239,11 +271,23 @@ class Timing:
                 where = site()
             except Exception as exc:  # a description must never break the run
                 where = f"<{exc!r}>"
-            self._notes.append((kind, loop.time(), secs, where))
+            self._notes.append((kind, loop.time() if at is None else at, secs, where))
         return secs
 
 
-def timings(*, max_late: float = 0.0, max_cost: float = 0.0, max_jitter: float = 0.0):
+#: Decisions drawn from hypothesis per run; later ones are 0 (punctual).
+#: Hypothesis caps the data of one example, and a run past the cap would
+#: end every example as "data too large".
+MAX_DRAWS = 2000
+
+
+def timings(
+    *,
+    max_late: float = 0.0,
+    max_cost: float = 0.0,
+    max_jitter: float = 0.0,
+    max_draws: int = MAX_DRAWS,
+):
     """A hypothesis strategy of ``Timing`` objects (needs hypothesis).
 
     - ``max_late``: each time the loop sleeps toward its next timer it wakes
@@ -255,7 +299,9 @@ def timings(*, max_late: float = 0.0, max_cost: float = 0.0, max_jitter: float =
       0..max_jitter seconds late, independently.
 
     Each decision is drawn lazily, while the run goes, as a whole number of
-    the loop's ticks, so failures shrink toward the punctual run."""
+    the loop's ticks, so failures shrink toward the punctual run.  Only the
+    first ``max_draws`` decisions of a run are drawn (hypothesis caps the
+    data of one example); the rest are punctual."""
     max_late = _check_max("max_late", max_late)
     max_cost = _check_max("max_cost", max_cost)
     max_jitter = _check_max("max_jitter", max_jitter)
@@ -271,7 +317,13 @@ def timings(*, max_late: float = 0.0, max_cost: float = 0.0, max_jitter: float =
                 s = ints[n] = st.integers(0, n)
             return draw(s)
 
-        t = Timing(max_late=max_late, max_cost=max_cost, max_jitter=max_jitter, draw=draw_ticks)
+        t = Timing(
+            max_late=max_late,
+            max_cost=max_cost,
+            max_jitter=max_jitter,
+            draw=draw_ticks,
+            max_draws=max_draws,
+        )
         t._hypothesis = True
         return t
 

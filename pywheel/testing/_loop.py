@@ -68,8 +68,6 @@ class _VirtualSelector:
     instead, unless real I/O is ready or outstanding work answers within
     ``autojump_threshold`` real seconds."""
 
-    __slots__ = ("_sel", "_loop", "register", "unregister", "modify", "get_key", "get_map")
-
     def __init__(self, sel, loop: VirtualEventLoop) -> None:
         self._sel = sel
         self._loop = loop

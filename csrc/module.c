@@ -89,7 +89,7 @@ struct core {
    * collected or timers are put back (see exact_min). */
   pw_tick_t part_tick;
   int64_t part_min;
-  uint64_t scheduled, fired, cancelled, errors, skipped;
+  uint64_t scheduled, fired, cancelled, errors, skipped, rescheduled;
   uint64_t late_n, late_max_ns, late[LATE_BUCKETS];
   core *reg_next, *reg_prev;
 };
@@ -442,6 +442,23 @@ static void report_callback_error(core *c, WheelObject *owner, HandleObject *h) 
   Py_DECREF(ctx);
 }
 
+/* Parses the one argument of a method that also takes it by keyword, as
+ * asyncio's and the stubs' signatures say (advance(seconds=1.0)). */
+static PyObject *one_arg(const char *fname, const char *kwname, PyObject *const *args,
+                         Py_ssize_t nargs, PyObject *kwnames) {
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nargs + nkw == 1 &&
+      (nargs == 1 || PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), kwname) == 0))
+    return args[0];
+  if (nkw && nargs + nkw == 1)
+    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname,
+                 PyTuple_GET_ITEM(kwnames, 0));
+  else
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
+                 nargs + nkw);
+  return NULL;
+}
+
 /* ------------------------------------------------------------------ */
 /* TimerHandle                                                         */
 
@@ -473,12 +490,66 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   /* `cancelled` counts schedulings that never ran; a repeating timer
    * cancelled from its own callback has none pending (its run counted as
    * fired), so that scheduled == fired + cancelled + pending holds. */
-  if (c->running != h)
+  if (c->running != h || linked) /* linked: a run moved by its own callback */
     c->cancelled++;
   handle_release(h); /* may run __del__ code: nothing of ours is read after */
   if (linked)
     Py_DECREF(h); /* the wheel's reference; the caller still holds one */
   Py_RETURN_TRUE;
+}
+
+/*
+ * Moving a deadline: unlink, relink at the new tick with a fresh sequence
+ * number (a moved timer takes a new place among equal deadlines, as a new
+ * scheduling would), no allocation.  A pending handle that is not linked is
+ * in a batch that has not reached it yet (or is the repeating one running
+ * now): it is linked again with a reference of the wheel's own, and the
+ * batch, which keeps its reference, skips an entry that is linked again
+ * (run_batch, batch_put_back, pending_locked, wheel_traverse and close_core
+ * all treat a linked batch entry as the wheel's, not the batch's).
+ */
+static PyObject *handle_move(HandleObject *h, int64_t when_ns) {
+  if (h->state != H_PENDING || h->core->closed)
+    Py_RETURN_FALSE;
+  core *c = h->core;
+  pw_driver_lock(&c->drv);
+  bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
+  if (linked && h->node.deadline == c->part_tick && h->when_ns == c->part_min)
+    c->part_tick = 0;
+  h->when_ns = when_ns;
+  h->overdue = when_ns < core_now_ns(c);
+  link_locked(c, h);
+  pw_driver_unlock(&c->drv);
+  if (!linked)
+    Py_INCREF(h); /* the wheel's; the batch keeps its own */
+  /* The repeating timer whose run this is already counted that run as
+   * fired: where it goes now is its next scheduling. */
+  if (!linked && h == c->running)
+    c->scheduled++;
+  c->rescheduled++;
+  Py_RETURN_TRUE;
+}
+
+static PyObject *handle_reschedule(HandleObject *h, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+  PyObject *arg = one_arg("reschedule", "when", args, nargs, kwnames);
+  int64_t when;
+  if (!arg || seconds_to_ns(arg, "when", &when) < 0)
+    return NULL;
+  return handle_move(h, when); /* looks at the state after the conversion ran */
+}
+
+static PyObject *handle_reschedule_later(HandleObject *h, PyObject *const *args, Py_ssize_t nargs,
+                                         PyObject *kwnames) {
+  PyObject *arg = one_arg("reschedule_later", "delay", args, nargs, kwnames);
+  int64_t delay, when;
+  if (!arg || seconds_to_ns(arg, "delay", &delay) < 0)
+    return NULL;
+  if (h->state != H_PENDING) /* h->core is valid only while pending */
+    Py_RETURN_FALSE;
+  if (add_time(core_now_ns(h->core), delay, "delay", &when) < 0)
+    return NULL;
+  return handle_move(h, when);
 }
 
 static PyObject *handle_cancelled(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
@@ -530,6 +601,14 @@ static PyMethodDef handle_methods[] = {
     {"cancelled", (PyCFunction)handle_cancelled, METH_NOARGS,
      "cancelled($self, /)\n--\n\nReturns bool. True once cancel() succeeded or the wheel was "
      "closed."},
+    {"reschedule", (PyCFunction)(void (*)(void))handle_reschedule, METH_FASTCALL | METH_KEYWORDS,
+     "reschedule($self, /, when)\n--\n\nReturns bool. Move the deadline to `when` (wheel "
+     "clock seconds): True if a pending timer moved, False if it already started, ran, was "
+     "cancelled or its wheel closed.  O(1), no new handle; it takes a new place among equal "
+     "deadlines, as a new scheduling would."},
+    {"reschedule_later", (PyCFunction)(void (*)(void))handle_reschedule_later,
+     METH_FASTCALL | METH_KEYWORDS,
+     "reschedule_later($self, /, delay)\n--\n\nReturns bool. reschedule(time() + delay)."},
     {"get_context", (PyCFunction)handle_get_context, METH_NOARGS,
      "get_context($self, /)\n--\n\nReturns contextvars.Context. The context the callback runs in."},
     {"when", (PyCFunction)handle_when, METH_NOARGS,
@@ -698,7 +777,7 @@ static void batch_put_back(core *c) {
   size_t from = d->batch_pos, to = d->batch_n;
   pw_driver_lock(d);
   for (size_t i = from; i < to; i++) {
-    if (handle_of(d->batch[i])->state == H_PENDING) {
+    if (handle_of(d->batch[i])->state == H_PENDING && !pw_timer_linked(d->batch[i])) {
       pw_wheel_put(&d->wheel, d->batch[i]);
       d->batch[i] = NULL;
     }
@@ -731,7 +810,7 @@ static Py_ssize_t run_batch(core *c) {
     if (d->batch_pos + PREFETCH_AHEAD < d->batch_n)
       __builtin_prefetch(handle_of(d->batch[d->batch_pos + PREFETCH_AHEAD]));
     HandleObject *h = handle_of(d->batch[d->batch_pos++]);
-    if (h->state != H_PENDING) {
+    if (h->state != H_PENDING || pw_timer_linked(&h->node)) { /* cancelled, or moved */
       Py_DECREF(h);
       continue;
     }
@@ -761,7 +840,9 @@ static Py_ssize_t run_batch(core *c) {
     Py_DECREF(cb);
     Py_XDECREF(args);
     Py_XDECREF(ctx);
-    bool again = h->interval_ns && h->state == H_PENDING && !c->closed;
+    /* (a repeating timer moved by its own callback is linked already) */
+    bool again =
+        h->interval_ns && h->state == H_PENDING && !c->closed && !pw_timer_linked(&h->node);
     c->running = NULL;
     if (again)
       rearm(c, h);
@@ -867,7 +948,7 @@ static PyObject *closed_error(core *c) {
 static size_t pending_locked(core *c) {
   size_t n = pw_wheel_count(&c->drv.wheel);
   for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
-    n += handle_of(c->drv.batch[i])->state == H_PENDING;
+    n += handle_of(c->drv.batch[i])->state == H_PENDING && !pw_timer_linked(c->drv.batch[i]);
   return n;
 }
 
@@ -894,7 +975,8 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
   pw_timer *t;
   while ((t = pw_wheel_any(&d->wheel))) {
     pw_wheel_cancel(&d->wheel, t);
-    t->link.next = (pw_link *)chain; /* the wheel's reference moves to the chain */
+    handle_of(t)->state = H_CANCELLED; /* so that the batch loop skips a moved one */
+    t->link.next = (pw_link *)chain;   /* the wheel's reference moves to the chain */
     chain = t, n++;
   }
   for (size_t i = d->batch_pos; i < d->batch_n; i++) {
@@ -913,7 +995,9 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
   if (c->manual && !c->advancing)
     drop_to = d->batch_pos = d->batch_n;
   pw_driver_unlock(d);
+  bool running_chained = false; /* (a running one moved again was in the wheel) */
   if (c->running && c->running->state == H_PENDING) {
+    running_chained = true;
     c->running->state = H_CANCELLED;
     c->running->node.link.next = (pw_link *)chain;
     chain = &c->running->node, n++;
@@ -923,7 +1007,7 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
    * and the wheel closed, and touches neither the chain nor the wheel. */
   for (pw_timer *x = chain; x; x = (pw_timer *)x->link.next) {
     handle_of(x)->state = H_CANCELLED;
-    c->cancelled += handle_of(x) != c->running; /* see handle_cancel */
+    c->cancelled += !(running_chained && handle_of(x) == c->running); /* see handle_cancel */
   }
   for (size_t i = drop_from; i < drop_to; i++)
     Py_DECREF(handle_of(d->batch[i])); /* the batch's; the chain holds its own */
@@ -1081,7 +1165,8 @@ static int wheel_traverse(WheelObject *self, visitproc visit, void *arg) {
   pw_driver_lock(&c->drv);
   int r = pw_wheel_foreach(&c->drv.wheel, visit_handle, &v);
   for (size_t i = c->drv.batch_pos; !r && i < c->drv.batch_n; i++)
-    r = visit_handle(c->drv.batch[i], &v);
+    if (!pw_timer_linked(c->drv.batch[i])) /* a moved one was visited in the wheel */
+      r = visit_handle(c->drv.batch[i], &v);
   pw_driver_unlock(&c->drv);
   return r;
 }
@@ -1159,23 +1244,6 @@ static int capture_context(PyObject *context, bool repeating, PyObject **out) {
   }
   *out = PyContext_CopyCurrent();
   return *out ? 0 : -1;
-}
-
-/* Parses the one argument of a method that also takes it by keyword, as
- * asyncio's and the stubs' signatures say (advance(seconds=1.0)). */
-static PyObject *one_arg(const char *fname, const char *kwname, PyObject *const *args,
-                         Py_ssize_t nargs, PyObject *kwnames) {
-  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  if (nargs + nkw == 1 &&
-      (nargs == 1 || PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), kwname) == 0))
-    return args[0];
-  if (nkw && nargs + nkw == 1)
-    PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname,
-                 PyTuple_GET_ITEM(kwnames, 0));
-  else
-    PyErr_Format(PyExc_TypeError, "%s() takes exactly one argument (%zd given)", fname,
-                 nargs + nkw);
-  return NULL;
 }
 
 /* Parses (when, callback, *args, [first=], context=) from a vectorcall.
@@ -1500,14 +1568,14 @@ static PyObject *wheel_stats(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
   unsigned long long pending = pending_locked(c), wakeups = c->drv.wakeups,
                      batches = c->drv.batches, max_batch = c->drv.max_batch;
   pw_driver_unlock(&c->drv);
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:d}", "scheduled",
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:d}", "scheduled",
                        (unsigned long long)c->scheduled, "fired", (unsigned long long)c->fired,
                        "cancelled", (unsigned long long)c->cancelled, "pending", pending, "errors",
                        (unsigned long long)c->errors, "batches", batches, "wakeups", wakeups,
                        "max_batch", max_batch, "skipped_runs", (unsigned long long)c->skipped,
-                       "late_p50", late_quantile(c, 0.50), "late_p99", late_quantile(c, 0.99),
-                       "late_max", (double)c->late_max_ns / 1e9, "tick",
-                       (double)c->drv.tick_ns / 1e9);
+                       "rescheduled", (unsigned long long)c->rescheduled, "late_p50",
+                       late_quantile(c, 0.50), "late_p99", late_quantile(c, 0.99), "late_max",
+                       (double)c->late_max_ns / 1e9, "tick", (double)c->drv.tick_ns / 1e9);
 }
 
 static PyObject *wheel_repr(WheelObject *self) {
@@ -1649,7 +1717,7 @@ static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_
 /* Whether set-aside timers wait to run: they are due now. */
 static bool leftovers_pending(core *c) {
   for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
-    if (handle_of(c->drv.batch[i])->state == H_PENDING)
+    if (handle_of(c->drv.batch[i])->state == H_PENDING && !pw_timer_linked(c->drv.batch[i]))
       return true;
   return false;
 }

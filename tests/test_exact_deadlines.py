@@ -68,6 +68,32 @@ class ExactMachine(RuleBasedStateMachine):
         if got:
             self.model[ident][2] = "cancelled"
 
+    @rule(ident=timers, off=offsets_ns)
+    def reschedule(self, ident, off):
+        when = self.w.time_ns() + off
+        got = self.handles[ident].reschedule(when / 1e9)
+        assert got is (self.model[ident][2] == "pending")
+        if got:  # a new place among equal deadlines, as a new scheduling
+            self.seq += 1
+            self.model[ident][:2] = [round(self.handles[ident].when() * 1e9), self.seq]
+
+    @rule(ident=timers, off=offsets_ns)
+    def collect_reschedule_run(self, ident, off):
+        """A timer set aside by collect_due() and moved before it ran runs
+        at its new deadline instead (the batch skips it)."""
+        target = self.w.time_ns() + off
+        due = self._due(target)
+        self.batch = []
+        assert self.w.collect_due(target / 1e9) == len(due)
+        moved = self.handles[ident].reschedule_later(1.0)
+        assert moved is (self.model[ident][2] == "pending")
+        if moved:
+            self.seq += 1
+            self.model[ident][:2] = [round(self.handles[ident].when() * 1e9), self.seq]
+            due = [i for i in due if i != ident]
+        assert self.w.run_collected() == len(due)
+        assert self.batch == due
+
     def _due(self, target):
         pending = [(m[0], m[1], i) for i, m in self.model.items() if m[2] == "pending"]
         return [i for w, s, i in sorted(pending) if w <= target]

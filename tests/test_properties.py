@@ -274,6 +274,28 @@ class ManualMachine(RuleBasedStateMachine):
             assert result is True
         info["cancelled"] = info["cancelled"] or result
 
+    @rule(ident=handles, delay=delays_ns, absolute=st.booleans())
+    def reschedule(self, ident, delay, absolute):
+        """Moves a deadline: True only for a timer still pending; the moved
+        timer then obeys every rule as a new scheduling at this moment."""
+        info = self.info[ident]
+        h = self.handle_of[ident]
+        now = self.w.time_ns()
+        ran = any(r[0] == ident for r in self.runs)
+        pending = not info["cancelled"] and (info["interval"] is not None or not ran)
+        if absolute:
+            got = h.reschedule((now + delay) / 1e9)
+        else:
+            got = h.reschedule_later(delay / 1e9)
+        assert got is pending
+        if got:
+            self.events += 1
+            when = round(h.when() * 1e9)
+            assert abs(when - (now + delay)) <= 1, "deadline not kept to the nanosecond"
+            info.update(when=when, first=when, sched_ns=now, sched_ev=self.events)
+            info["from_callback"] = False
+            self.last_run_ev.pop(ident, None)
+
     @rule(step=st.one_of(st.integers(0, 3 * TICK_NS), st.integers(0, 5000 * TICK_NS)))
     def advance(self, step):
         before = len(self.runs)

@@ -19,8 +19,8 @@ network) cancels out.
 Everything downloaded or built lives in --cache (default
 ~/.cache/pywheel-parity): sdists (``pip download --no-binary :all:``), one venv
 per Python and suite with the suite's test dependencies from PyPI, and pywheel
-itself through a .pth pointing at this checkout (its extension is built in
-place for that Python if missing, under /tmp/pywheel-build.lock).  Results go
+itself through a .pth and a link to this checkout's package (its extension is
+built in place for that Python if missing, under /tmp/pywheel-build.lock).  Results go
 to --out (default <cache>/results): per run a log, a JSON of outcomes, the
 loop count; report.md holds the table.  Slow (the whole set takes about an
 hour on two cores); suites run one after another.  Not part of pytest's run.
@@ -204,13 +204,23 @@ def venv(cache: str, version: str, suite: str) -> str:
         if spec["sdist"]:
             env = dict(os.environ, **spec.get("env", {}))
             sh([py, "-m", "pip", "install", "-q", sdist_dir(cache, spec["sdist"])], env=env)
-        site = subprocess.run(
-            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        with open(os.path.join(site, "pywheel-checkout.pth"), "w") as f:
-            f.write(ROOT + "\n")
         open(stamp, "w").close()
+    # pywheel through a folder that holds only a link to the package: the
+    # checkout itself would also expose its egg-info, whose pytest11 entry
+    # point would load pywheel's pytest plugin into the suites.
+    link_dir = os.path.join(cache, "pywheel-only")
+    os.makedirs(link_dir, exist_ok=True)
+    link = os.path.join(link_dir, "pywheel")
+    if os.path.realpath(link) != os.path.join(ROOT, "pywheel"):
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(os.path.join(ROOT, "pywheel"), link)
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    with open(os.path.join(site, "pywheel-checkout.pth"), "w") as f:
+        f.write(link_dir + "\n")
     build_extension(py)
     return py
 

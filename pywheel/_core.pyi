@@ -25,6 +25,7 @@ class _WheelStats(TypedDict):
     wakeups: int
     max_batch: int
     skipped_runs: int
+    rescheduled: int
     late_p50: float
     late_p99: float
     late_max: float
@@ -36,6 +37,8 @@ class TimerHandle:
 
     def cancel(self) -> bool: ...
     def cancelled(self) -> bool: ...
+    def reschedule(self, when: float) -> bool: ...
+    def reschedule_later(self, delay: float) -> bool: ...
     def when(self) -> float: ...
     def get_context(self) -> Context: ...
     @property
@@ -51,7 +54,7 @@ class Wheel:
         delay: float,
         callback: Callable[[Unpack[_Ts]], object],
         /,
-        *args: Unpack[_Ts],
+        *args: *_Ts,
         context: Context | None = None,
     ) -> TimerHandle: ...
     def call_at(
@@ -59,7 +62,7 @@ class Wheel:
         when: float,
         callback: Callable[[Unpack[_Ts]], object],
         /,
-        *args: Unpack[_Ts],
+        *args: *_Ts,
         context: Context | None = None,
     ) -> TimerHandle: ...
     def call_every(
@@ -67,7 +70,7 @@ class Wheel:
         interval: float,
         callback: Callable[[Unpack[_Ts]], object],
         /,
-        *args: Unpack[_Ts],
+        *args: *_Ts,
         first: float | None = None,
         context: Context | None = None,
     ) -> TimerHandle: ...

@@ -74,7 +74,14 @@ PUBLIC = {
         "collect_due",
         "run_collected",
     ],
-    pywheel.TimerHandle: ["cancel", "cancelled", "when", "get_context"],
+    pywheel.TimerHandle: [
+        "cancel",
+        "cancelled",
+        "reschedule",
+        "reschedule_later",
+        "when",
+        "get_context",
+    ],
 }
 
 
@@ -121,6 +128,8 @@ PASSES = """
     assert_type(h._when, float)
     assert_type(h.interval, float | None)
     r = m.call_every(0.5, print, first=0.1)
+    assert_type(r.reschedule(when=5.0), bool)
+    assert_type(r.reschedule_later(delay=1.0), bool)
     assert_type(r.cancel(), bool)
     m.set_exception_handler(handler=on_error)
     m.call_exception_handler(context={"message": "x"})

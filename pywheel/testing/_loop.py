@@ -123,8 +123,8 @@ class _ChargedHandle(_events.Handle):
         try:
             super()._run()
         finally:
-            if cost:
-                loop._vtime += cost
+            if cost:  # kept to whole nanoseconds, as the wheel keeps deadlines
+                loop._vtime = round(loop._vtime + cost, 9)
 
     def _site(self) -> str:
         return callback_site(self._callback)
@@ -191,6 +191,9 @@ class VirtualEventLoop(WheelEventLoop):
         self._selector = _VirtualSelector(self._selector, self)
         wheel = self._wheel
         self._next_timer = getattr(wheel, "next_when", None) or wheel.next_deadline
+        self._wheel_call_at = wheel.call_at
+        self._handle_type = _events.Handle
+        self._fast_timers = True
         if timing is not None:
             timing._attach(self)
             self._timing = timing
@@ -198,10 +201,35 @@ class VirtualEventLoop(WheelEventLoop):
             self._max_cost = timing.max_cost
             if self._max_cost > 0:
                 self._call_soon = self._charged_call_soon
+                self._handle_type = _ChargedHandle
             if self._max_late > 0:
                 self._timers: list = []
                 self._seq = itertools.count()
                 self.call_at = self._tracked_call_at
+                self._fast_timers = False
+
+    # ---- fast paths ---------------------------------------------------------
+    # A fake-time test spends its time scheduling timers and waking tasks, so
+    # these skip a frame or two of WheelEventLoop/BaseEventLoop when nothing
+    # special applies (not debug, no timer tracking).  Anything unusual (a
+    # closed loop, a bad argument, a deadline out of the wheel's range) makes
+    # the C call fail without scheduling anything, and the general path then
+    # does (or refuses) it as WheelEventLoop would.
+
+    def call_soon(self, callback, *args, context=None):
+        if self._closed or self._debug:
+            return super().call_soon(callback, *args, context=context)
+        handle = self._handle_type(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    def call_later(self, delay, callback, *args, context=None):
+        if self._fast_timers and not self._debug:
+            try:
+                return self._wheel_call_at(self._vtime + delay, callback, *args, context=context)
+            except Exception:
+                pass
+        return super().call_later(delay, callback, *args, context=context)
 
     # ---- the clock ----------------------------------------------------------
 
@@ -229,7 +257,9 @@ class VirtualEventLoop(WheelEventLoop):
             )
         if self._max_late:
             site = functools.partial(self._wake_site, target)
-            target += self._timing._decide(self, "wake", self._max_late, site, target)
+            late = self._timing._decide(self, "wake", self._max_late, site, target)
+            if late:
+                target = round(target + late, 9)
         if target > self._vtime:
             self._vtime = target
 

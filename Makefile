@@ -79,7 +79,7 @@ demo: build
 
 # Other projects' asyncio suites (CPython's, anyio's, pytest-asyncio's, part of
 # aiohttp's) on the stock loop and on WheelEventLoop, compared test by test.
-# About an hour; downloads and venvs go to ~/.cache/pywheel-parity.
+# About half an hour; downloads and venvs go to ~/.cache/pywheel-parity.
 parity: build
 	$(PYTHON) tests/parity/parity.py
 

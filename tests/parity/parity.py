@@ -20,10 +20,11 @@ Everything downloaded or built lives in --cache (default
 ~/.cache/pywheel-parity): sdists (``pip download --no-binary :all:``), one venv
 per Python and suite with the suite's test dependencies from PyPI, and pywheel
 itself through a .pth and a link to this checkout's package (its extension is
-built in place for that Python if missing, under /tmp/pywheel-build.lock).  Results go
-to --out (default <cache>/results): per run a log, a JSON of outcomes, the
-loop count; report.md holds the table.  Slow (the whole set takes about an
-hour on two cores); suites run one after another.  Not part of pytest's run.
+built in place for that Python if missing, under /tmp/pywheel-build.lock).
+Results go to --out (default <cache>/results): per run a log, a JSON of
+outcomes, the loop count; report.md holds the table.  Slow: the default set
+takes about half an hour on two cores, every suite on three Pythons about an
+hour and a half; suites run one after another.  Not part of pytest's run.
 """
 
 from __future__ import annotations

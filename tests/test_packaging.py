@@ -85,10 +85,4 @@ def test_c_compiles_without_warnings(compiler, source):
     cmd = [compiler, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fsyntax-only"]
     cmd += ["-I", CSRC, "-I", include, os.path.join(CSRC, source)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    warnings = re.findall(r"(?:warning|error): .*\[(?:-Werror,)?(-W[\w-]+)\]", proc.stderr)
-    if source == "module.c" and warnings and set(warnings) == {"-Wmissing-field-initializers"}:
-        # Known: clang wants every field of the {NULL} sentinels of the method,
-        # getset and member tables; the fix ({0}) is pending in csrc/module.c.
-        # Any other warning still fails.
-        pytest.xfail(f"{len(warnings)} known -Wmissing-field-initializers in module.c")
     assert proc.returncode == 0 and not proc.stderr, proc.stderr

@@ -88,23 +88,13 @@ PUBLIC = {
 def test_methods_expose_their_signature():
     # stubtest can only compare what inspect.signature() can read: a method
     # whose docstring does not start with a valid "name($self, ...)\n--\n\n"
-    # line has no signature at run time, and its stub goes unchecked.
-    unreadable, missing = [], []
+    # line (no "-> result" there) has no signature at run time, and its stub
+    # would go unchecked.
     for cls, names in PUBLIC.items():
         for name in names:
-            method = getattr(cls, name, None)
-            if method is None:
-                missing.append(f"{cls.__name__}.{name}")
-            elif method.__text_signature__ is None:
-                unreadable.append(method.__doc__.splitlines()[0])
-            else:
-                assert next(iter(inspect.signature(method).parameters)) == "self", name
-    assert not missing
-    if unreadable:
-        # Known, and the fix is pending in csrc/module.c: its docstrings read
-        # "name(args) -> result\n--\n\n", and CPython accepts no "-> result"
-        # there.  Reported as XFAIL until the C side is fixed.
-        pytest.xfail(f"{len(unreadable)} methods without a valid text signature: {unreadable}")
+            method = getattr(cls, name)
+            assert method.__text_signature__, f"{cls.__name__}.{name}: {method.__doc__!r}"
+            assert next(iter(inspect.signature(method).parameters)) == "self", name
 
 
 PASSES = """

@@ -289,10 +289,9 @@ class _LoopQueue:
     def flush(self) -> None:  # on the loop
         """Hands each expiry to the loop as one of its own timers, due now.
 
-        The loop then runs it where asyncio's own timeout would have run:
-        after the callbacks that were ready when its iteration began (a
-        result that arrived before the expiry wins), in deadline order with
-        the loop's other timers, reported as any timer callback is."""
+        The loop then runs it as it runs asyncio's own timeouts: after the
+        callbacks that were ready when its iteration began (a result that
+        arrived before the expiry wins), reported as any timer callback is."""
         self.scheduled = False
         loop = self.loop()
         items = self.items

@@ -120,9 +120,9 @@ def test_a_due_helper_timeout_still_expires(kind):
 
 
 @pytest.mark.parametrize("kind", list(HELPER_LOOPS))
-def test_helper_expiries_interleave_with_loop_timers_by_deadline(kind):
+def test_helper_expiries_and_loop_timers_both_run(kind):
     # On the stock loop an expired helper timer becomes one of the loop's
-    # own timers, so it takes its place among them by deadline.
+    # own timers; both kinds fall due while the loop is blocked, both run.
     async def main():
         loop = asyncio.get_running_loop()
         order = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, TypeVar
+from typing import Any
 
 from ._loop import (
     DEFAULT_AUTOJUMP_THRESHOLD,
@@ -48,8 +48,6 @@ __all__ = [
     "timings",
 ]
 
-_T = TypeVar("_T")
-
 
 def call_external(delay: float, callback, *args: Any, context=None) -> Any:
     """An event from the outside world (a reply, a peer's message) arriving
@@ -66,7 +64,7 @@ def call_external(delay: float, callback, *args: Any, context=None) -> Any:
     return loop.call_later(delay, callback, *args, context=context)
 
 
-async def latency(delay: float, result: _T = None) -> _T:
+async def latency(delay: float, result: Any = None) -> Any:
     """``await asyncio.sleep(delay)`` standing for the outside world (a remote
     call's round trip): up to the Timing's ``max_jitter`` later on a perturbed
     virtual loop."""

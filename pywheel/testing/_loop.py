@@ -116,6 +116,8 @@ class _ChargedHandle(_events.Handle):
     """A ready callback that takes virtual time (a Timing's ``max_cost``)."""
 
     __slots__ = ()
+    _loop: Any
+    _callback: Any
 
     def _run(self) -> None:
         loop = self._loop
@@ -188,7 +190,7 @@ class VirtualEventLoop(WheelEventLoop):
         self._max_late = self._max_cost = 0.0
         self._fatal: BaseException | None = None
         super().__init__(selector, tick=tick)
-        self._selector = _VirtualSelector(self._selector, self)
+        self._selector: Any = _VirtualSelector(self._selector, self)
         wheel = self._wheel
         self._next_timer = getattr(wheel, "next_when", None) or wheel.next_deadline
         self._wheel_call_at = wheel.call_at
@@ -205,7 +207,7 @@ class VirtualEventLoop(WheelEventLoop):
             if self._max_late > 0:
                 self._timers: list = []
                 self._seq = itertools.count()
-                self.call_at = self._tracked_call_at
+                self.call_at = self._tracked_call_at  # type: ignore[method-assign]
                 self._fast_timers = False
 
     # ---- fast paths ---------------------------------------------------------
@@ -255,7 +257,7 @@ class VirtualEventLoop(WheelEventLoop):
                 f"program that never stops on its own (a repeating timer?) needs a "
                 f"larger limit or a way to end"
             )
-        if self._max_late:
+        if self._max_late and self._timing is not None:
             site = functools.partial(self._wake_site, target)
             late = self._timing._decide(self, "wake", self._max_late, site, target)
             if late:

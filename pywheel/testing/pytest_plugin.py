@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
             f"{pyfuncitem.nodeid}: @pytest.mark.virtual_time needs an async def test"
         )
     kwargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-    loop = pyfuncitem.funcargs.get("virtual_loop")
+    loop: Any = pyfuncitem.funcargs.get("virtual_loop")
     if loop is not None:
         loop.run_until_complete(func(**kwargs))
     else:

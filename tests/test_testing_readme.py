@@ -8,6 +8,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+if not README.is_file():  # tests copied out of the tree
+    pytest.skip("README.md is not next to these tests", allow_module_level=True)
 
 
 def _blocks():

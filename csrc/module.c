@@ -795,8 +795,26 @@ static void batch_put_back(core *c) {
  * that is not an Exception (KeyboardInterrupt, SystemExit) ends the batch:
  * the rest go back to the wheel in their places, and -1 is returned with
  * that exception set.  Everywhere else every error goes to the handler. */
+/* Drops from the unstarted batch the entries moved since it was collected
+ * (linked again by reschedule): their deadline is no longer the one they
+ * were collected by, which the order check below groups on.  The wheel
+ * holds its own reference to each, so dropping the batch's frees nothing. */
+static void drop_moved(pw_driver *d) {
+  pw_driver_lock(d);
+  size_t k = d->batch_pos;
+  for (size_t i = d->batch_pos; i < d->batch_n; i++) {
+    if (pw_timer_linked(d->batch[i]))
+      Py_DECREF(handle_of(d->batch[i]));
+    else
+      d->batch[k++] = d->batch[i];
+  }
+  d->batch_n = k;
+  pw_driver_unlock(d);
+}
+
 static Py_ssize_t run_batch(core *c) {
   pw_driver *d = &c->drv;
+  drop_moved(d);
   sort_exact(d->batch + d->batch_pos, d->batch_n - d->batch_pos);
   int64_t now = core_now_ns(c);
   WheelObject *owner = c->owner;

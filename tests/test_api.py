@@ -22,6 +22,7 @@ import pywheel
 from pywheel import ManualWheel, TimerHandle, Wheel
 
 STATS_KEYS = {
+    "rescheduled",
     "scheduled",
     "fired",
     "cancelled",

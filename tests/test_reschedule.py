@@ -67,6 +67,22 @@ def test_a_timer_set_aside_then_moved_runs_at_its_new_deadline(manual):
     del other
 
 
+def test_moving_one_of_a_set_aside_tick_keeps_the_others_in_exact_order():
+    # Three timers in one tick, collected out of exact order (2 ns first);
+    # moving the middle one must not break the exact-order sort of the rest
+    # (found by the exact-deadline state machine: the batch was sorted by
+    # tick groups, and the moved entry's new tick split the group).
+    w = ManualWheel(tick=0.001, start=1e-9)
+    ran = []
+    w.call_at(2e-9, ran.append, "2ns")
+    moved = w.call_at(1e-9, ran.append, "moved")
+    w.call_at(1e-9, ran.append, "1ns")
+    assert w.collect_due(2e-9) == 3
+    assert moved.reschedule_later(1.0) is True
+    assert w.run_collected() == 2 and ran == ["1ns", "2ns"]
+    w.close()
+
+
 def test_close_returns_a_moved_batch_entry_once(manual):
     h = manual.call_later(1, print)
     manual.collect_due(1.0)

@@ -19,6 +19,23 @@
  * timers add nothing to the collector's generations.  The wheel's traverse
  * reports the callbacks, arguments and contexts of its pending handles, so a
  * cycle through a pending callback back to its wheel is still collected.
+ *
+ * Free-threaded CPython.  The module does not declare Py_mod_gil, so a
+ * free-threaded build turns the GIL back on when it is imported.  Before
+ * declaring Py_MOD_GIL_NOT_USED, everything the GIL now serialises must
+ * become atomic or locked (then be tested on 3.13t under TSan): the core's
+ * counters and lateness histogram (update under drv.mu, stats() snapshots
+ * under it); a handle's state (a compare-and-swap decides who cancels, moves
+ * or runs it, and only the winner touches callback/args/context; close_core
+ * must mark before it reuses link.next for its chain); when_ns, interval_ns,
+ * overdue (atomic 64-bit); h->core (a reference taken under the lock);
+ * core.running, closed and closed_why; core.owner (try-incref under a lock);
+ * WheelObject.handler (a critical section); a ManualWheel's advancing (a
+ * compare-and-swap), manual_ns, part_tick/part_min (readers under mu);
+ * drv.batch_pos, which run_batch advances without mu; empty_ctx (follows
+ * from an exclusive runner); modstate.exited and the fail_alloc test hook.
+ * Already safe: the registry and refs, the fork flags, the thread-locals,
+ * tstate and waiting_for.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -2051,7 +2068,7 @@ static PyObject *mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
 /* ------------------------------------------------------------------ */
 /* tables                                                              */
 
-#define SCHED_FLAGS METH_FASTCALL | METH_KEYWORDS
+#define SCHED_FLAGS (METH_FASTCALL | METH_KEYWORDS)
 
 static PyMethodDef wheel_methods[] = {
     {"call_later", (PyCFunction)(void (*)(void))wheel_call_later, SCHED_FLAGS,

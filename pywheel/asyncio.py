@@ -443,9 +443,20 @@ class Timeout:
                 raise RuntimeError("Timeout has not been entered")
             raise RuntimeError(f"Cannot change state of {self._state.value} Timeout")
         self._when = when
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        handle, self._handle = self._handle, None
+        if when is not None and isinstance(handle, _core.TimerHandle):
+            # On a WheelEventLoop the timer moves in place: O(1), no new
+            # handle (the idle timeout pushed back on every read).  False if
+            # it already started, or the deadline is out of the wheel's range.
+            try:
+                moved = when > _events.get_running_loop().time() and handle.reschedule(when)
+            except OverflowError:
+                moved = False
+            if moved:
+                self._handle = handle
+                return
+        if handle is not None:
+            handle.cancel()
         if when is not None:
             loop = _events.get_running_loop()
             if when <= loop.time():

@@ -243,3 +243,28 @@ def test_handles_of_the_wheel_event_loop_move_too():
 
     result, took = pwa.run(main())
     assert result == "moved" and took >= 0.049
+
+
+def test_pywheel_timeout_reschedule_moves_its_timer_in_place():
+    import asyncio
+
+    import pywheel.asyncio as pwa
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        wheel = loop.wheel
+        async with pwa.timeout(10) as t:
+            h = t._handle
+            for k in range(5):
+                t.reschedule(loop.time() + 20 + k)
+                assert t._handle is h  # the same timer, moved
+            assert h.when() == t.when()
+        assert wheel.stats()["rescheduled"] == 5
+        # and it still expires at the moved deadline
+        with pytest.raises(TimeoutError):
+            async with pwa.timeout(10) as t:
+                t.reschedule(loop.time() + 0.01)
+                await asyncio.sleep(1)
+        return t.expired()
+
+    assert pwa.run(main()) is True

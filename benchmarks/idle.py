@@ -57,22 +57,9 @@ def pywheel_reschedule(n, reads):
     return ns
 
 
-def pywheel_cancel_new(n, reads):
-    w = pywheel.ManualWheel()
-    hs = [w.call_later(30, nop) for _ in range(n)]
-    call_later = w.call_later
-
-    def run(reads):
-        for i in reads:
-            hs[i].cancel()
-            hs[i] = call_later(30, nop)
-
-    ns = _timed(run, reads)
-    w.close()
-    return ns
-
-
 def loop_cancel_new(new_loop):
+    """cancel() then call_later(): on an event loop, or on a ManualWheel."""
+
     def bench(n, reads):
         loop = new_loop()
         hs = [loop.call_later(30, nop) for _ in range(n)]
@@ -125,7 +112,7 @@ def floor(n, reads):
 def peers():
     out = [
         ("pywheel reschedule", pywheel_reschedule),
-        ("pywheel cancel+new", pywheel_cancel_new),
+        ("pywheel cancel+new", loop_cancel_new(pywheel.ManualWheel)),
         ("asyncio cancel+new", loop_cancel_new(asyncio.SelectorEventLoop)),
         ("asyncio Timeout", asyncio_timeout),
     ]

@@ -94,11 +94,11 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
                 del timer._source_traceback[-1]
             try:
                 timer._timer = self._wheel.call_at(
-                    when, self._run_debug_timer, timer, context=contextvars.Context()
+                    when, self._run_timed, timer, context=contextvars.Context()
                 )
             except OverflowError:
                 timer._timer = self._call_never(
-                    when, self._run_debug_timer, (timer,), contextvars.Context()
+                    when, self._run_timed, (timer,), contextvars.Context()
                 )
             return timer
         try:
@@ -149,18 +149,7 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         ntodo = len(ready)
         if self._debug:
             for _ in range(ntodo):
-                handle = ready.popleft()
-                if handle._cancelled:
-                    continue
-                try:
-                    self._current_handle = handle
-                    t0 = self.time()
-                    handle._run()
-                    dt = self.time() - t0
-                    if dt >= self.slow_callback_duration:
-                        _warn_slow(handle, dt)
-                finally:
-                    self._current_handle = None
+                self._run_timed(ready.popleft())
         else:
             for _ in range(ntodo):
                 handle = ready.popleft()
@@ -172,9 +161,9 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         handle = None
         wheel.run_collected()
 
-    def _run_debug_timer(self, handle) -> None:
-        """Debug mode: a timer is an asyncio.TimerHandle run (and timed)
-        as the stock loop runs it."""
+    def _run_timed(self, handle) -> None:
+        """Debug mode: a ready callback, or a timer (an asyncio.TimerHandle
+        run from the wheel), run and timed as the stock loop does."""
         try:
             if handle._cancelled:
                 return

@@ -122,6 +122,13 @@ static inline HandleObject *handle_of(pw_timer *t) {
   return (HandleObject *)((char *)t - offsetof(HandleObject, node));
 }
 
+/* Whether a batch entry is still the batch's to run: pending, and not
+ * linked again by a reschedule since it was collected (then it is the
+ * wheel's, and the batch only holds a reference to drop). */
+static inline bool batch_owns(pw_timer *t) {
+  return handle_of(t)->state == H_PENDING && !pw_timer_linked(t);
+}
+
 static inline double ns_to_s(int64_t ns) {
   if (ns == NEVER_NS)
     return Py_HUGE_VAL;
@@ -522,8 +529,8 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
  * in a batch that has not reached it yet (or is the repeating one running
  * now): it is linked again with a reference of the wheel's own, and the
  * batch, which keeps its reference, skips an entry that is linked again
- * (run_batch, batch_put_back, pending_locked, wheel_traverse and close_core
- * all treat a linked batch entry as the wheel's, not the batch's).
+ * (batch_owns() says which entries are still the batch's; wheel_traverse
+ * and close_core, which meet them in the wheel first, skip the others).
  */
 static PyObject *handle_move(HandleObject *h, int64_t when_ns) {
   if (h->state != H_PENDING || h->core->closed)
@@ -794,7 +801,7 @@ static void batch_put_back(core *c) {
   size_t from = d->batch_pos, to = d->batch_n;
   pw_driver_lock(d);
   for (size_t i = from; i < to; i++) {
-    if (handle_of(d->batch[i])->state == H_PENDING && !pw_timer_linked(d->batch[i])) {
+    if (batch_owns(d->batch[i])) {
       pw_wheel_put(&d->wheel, d->batch[i]);
       d->batch[i] = NULL;
     }
@@ -845,7 +852,7 @@ static Py_ssize_t run_batch(core *c) {
     if (d->batch_pos + PREFETCH_AHEAD < d->batch_n)
       __builtin_prefetch(handle_of(d->batch[d->batch_pos + PREFETCH_AHEAD]));
     HandleObject *h = handle_of(d->batch[d->batch_pos++]);
-    if (h->state != H_PENDING || pw_timer_linked(&h->node)) { /* cancelled, or moved */
+    if (!batch_owns(&h->node)) { /* cancelled, or moved */
       Py_DECREF(h);
       continue;
     }
@@ -876,8 +883,7 @@ static Py_ssize_t run_batch(core *c) {
     Py_XDECREF(args);
     Py_XDECREF(ctx);
     /* (a repeating timer moved by its own callback is linked already) */
-    bool again =
-        h->interval_ns && h->state == H_PENDING && !c->closed && !pw_timer_linked(&h->node);
+    bool again = h->interval_ns && !c->closed && batch_owns(&h->node);
     c->running = NULL;
     if (again)
       rearm(c, h);
@@ -983,7 +989,7 @@ static PyObject *closed_error(core *c) {
 static size_t pending_locked(core *c) {
   size_t n = pw_wheel_count(&c->drv.wheel);
   for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
-    n += handle_of(c->drv.batch[i])->state == H_PENDING && !pw_timer_linked(c->drv.batch[i]);
+    n += batch_owns(c->drv.batch[i]);
   return n;
 }
 
@@ -1752,7 +1758,7 @@ static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_
 /* Whether set-aside timers wait to run: they are due now. */
 static bool leftovers_pending(core *c) {
   for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
-    if (handle_of(c->drv.batch[i])->state == H_PENDING && !pw_timer_linked(c->drv.batch[i]))
+    if (batch_owns(c->drv.batch[i]))
       return true;
   return false;
 }

@@ -75,15 +75,24 @@ void pw_driver_fini(pw_driver *d) {
   d->batch = NULL;
 }
 
-void pw_driver_add_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline) {
-  pw_wheel_add(&d->wheel, t, deadline);
-  /* sleep_until is 0 while the thread is awake: it looks at the wheel again
-   * before it sleeps, so only a sleeping thread needs the signal, and only
-   * once for each earlier target. */
+/* sleep_until is 0 while the thread is awake: it looks at the wheel again
+ * before it sleeps, so only a sleeping thread needs the signal, and only once
+ * for each earlier target. */
+static void wake_for(pw_driver *d, pw_tick_t deadline) {
   if (deadline < d->sleep_until) {
     d->sleep_until = deadline;
     pthread_cond_signal(&d->wake);
   }
+}
+
+void pw_driver_add_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline) {
+  pw_wheel_add(&d->wheel, t, deadline);
+  wake_for(d, deadline);
+}
+
+void pw_driver_move_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline) {
+  pw_wheel_move(&d->wheel, t, deadline);
+  wake_for(d, deadline);
 }
 
 /* Room for one more timer at batch[n]: false if the array cannot grow. */

@@ -73,6 +73,10 @@ void pw_driver_add_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline);
 /* Schedules t; signals the thread only if t is earlier than what it sleeps
  * toward.  Caller holds mu. */
 
+void pw_driver_move_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline);
+/* Moves a linked timer to a new deadline (pw_wheel_move), signalling the
+ * thread as pw_driver_add_locked does.  Caller holds mu. */
+
 size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now);
 /* Advances the wheel to `now` and pops every due timer into d->batch (for a
  * very large set, a prefix ending at a tick boundary).  Returns the count.

@@ -523,27 +523,36 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
 }
 
 /*
- * Moving a deadline: unlink, relink at the new tick with a fresh sequence
- * number (a moved timer takes a new place among equal deadlines, as a new
- * scheduling would), no allocation.  A pending handle that is not linked is
+ * Moving a deadline: the wheel gives the timer its new tick and a fresh
+ * sequence number (a moved timer takes a new place among equal deadlines, as
+ * a new scheduling would), no allocation; a later deadline is only recorded
+ * (pw_wheel_move).  A pending handle that is not linked is
  * in a batch that has not reached it yet (or is the repeating one running
  * now): it is linked again with a reference of the wheel's own, and the
  * batch, which keeps its reference, skips an entry that is linked again
  * (batch_owns() says which entries are still the batch's; wheel_traverse
  * and close_core, which meet them in the wheel first, skip the others).
  */
-static PyObject *handle_move(HandleObject *h, int64_t when_ns) {
+static PyObject *handle_move(HandleObject *h, int64_t when_ns, bool overdue) {
   if (h->state != H_PENDING || h->core->closed)
     Py_RETURN_FALSE;
   core *c = h->core;
-  pw_driver_lock(&c->drv);
-  bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
+  pw_driver *d = &c->drv;
+  pw_driver_lock(d);
+  bool linked = pw_timer_linked(&h->node);
   if (linked && h->node.deadline == c->part_tick && h->when_ns == c->part_min)
     c->part_tick = 0;
   h->when_ns = when_ns;
-  h->overdue = when_ns < core_now_ns(c);
-  link_locked(c, h);
-  pw_driver_unlock(&c->drv);
+  h->overdue = overdue;
+  if (linked) {
+    pw_tick_t tick = deadline_tick(c, when_ns);
+    pw_driver_move_locked(d, &h->node, tick); /* later: O(1), the handle alone */
+    if (tick == c->part_tick && when_ns < c->part_min)
+      c->part_min = when_ns; /* as link_locked */
+  } else {
+    link_locked(c, h);
+  }
+  pw_driver_unlock(d);
   if (!linked)
     Py_INCREF(h); /* the wheel's; the batch keeps its own */
   /* The repeating timer whose run this is already counted that run as
@@ -560,7 +569,9 @@ static PyObject *handle_reschedule(HandleObject *h, PyObject *const *args, Py_ss
   int64_t when;
   if (!arg || seconds_to_ns(arg, "when", &when) < 0)
     return NULL;
-  return handle_move(h, when); /* looks at the state after the conversion ran */
+  if (h->state != H_PENDING) /* looked at after the conversion ran */
+    Py_RETURN_FALSE;
+  return handle_move(h, when, when < core_now_ns(h->core));
 }
 
 static PyObject *handle_reschedule_later(HandleObject *h, PyObject *const *args, Py_ssize_t nargs,
@@ -573,7 +584,7 @@ static PyObject *handle_reschedule_later(HandleObject *h, PyObject *const *args,
     Py_RETURN_FALSE;
   if (add_time(core_now_ns(h->core), delay, "delay", &when) < 0)
     return NULL;
-  return handle_move(h, when);
+  return handle_move(h, when, delay <= 0);
 }
 
 static PyObject *handle_cancelled(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
@@ -1335,7 +1346,10 @@ static PyObject *mod_fail_alloc_after(PyObject *Py_UNUSED(m), PyObject *arg) {
 
 /* Creates and links a handle.  Everything was validated; only a closed
  * wheel or a failed allocation can still refuse, changing nothing. */
-static PyObject *schedule(WheelObject *self, int64_t when_ns, int64_t interval_ns,
+/* `overdue`: the deadline was past when the caller read the clock (call_later
+ * and call_every know it from the sign of the delay, which spares a second
+ * clock read on the hot path). */
+static PyObject *schedule(WheelObject *self, int64_t when_ns, bool overdue, int64_t interval_ns,
                           PyObject *const *args, Py_ssize_t nargs, PyObject *context_o) {
   core *c = self->core;
   if (c->closed) /* checked last: converting the delay could have closed it */
@@ -1364,8 +1378,7 @@ static PyObject *schedule(WheelObject *self, int64_t when_ns, int64_t interval_n
   h->interval_ns = interval_ns;
   h->core = c;
   h->state = H_PENDING;
-  /* Lateness measures the wheel, not a deadline that was past already. */
-  h->overdue = when_ns < core_now_ns(c);
+  h->overdue = overdue; /* lateness measures the wheel, not a deadline past already */
   /* The allocations above can start a collection whose __del__ code closes
    * the wheel: look again before linking. */
   if (c->closed) {
@@ -1391,7 +1404,7 @@ static PyObject *wheel_call_later(WheelObject *self, PyObject *const *args, Py_s
   int64_t when;
   if (add_time(core_now_ns(self->core), delay, "delay", &when) < 0)
     return NULL;
-  return schedule(self, when, 0, args, nargs, context);
+  return schedule(self, when, delay <= 0, 0, args, nargs, context);
 }
 
 static PyObject *wheel_call_at(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1401,7 +1414,7 @@ static PyObject *wheel_call_at(WheelObject *self, PyObject *const *args, Py_ssiz
   if (parse_schedule("call_at", args, nargs, kwnames, NULL, &context) < 0 ||
       seconds_to_ns(args[0], "when", &when) < 0)
     return NULL;
-  return schedule(self, when, 0, args, nargs, context);
+  return schedule(self, when, when < core_now_ns(self->core), 0, args, nargs, context);
 }
 
 static PyObject *wheel_call_every(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1422,7 +1435,7 @@ static PyObject *wheel_call_every(WheelObject *self, PyObject *const *args, Py_s
   int64_t when = PAST_NS + 1;
   if (first != PAST_NS && add_time(core_now_ns(self->core), first, "first", &when) < 0)
     return NULL;
-  return schedule(self, when, interval, args, nargs, context);
+  return schedule(self, when, first <= 0, interval, args, nargs, context);
 }
 
 static PyObject *wheel_time(WheelObject *self, PyObject *Py_UNUSED(ignored)) {

@@ -191,6 +191,25 @@ static void op_cancel(int i) {
   verify();
 }
 
+/* A move keeps the timer linked with the new deadline and a fresh seq, wherever it is
+ * (expired, in a slot, lazy already, on the overflow list). */
+static void op_move(int i, pw_tick_t d) {
+  g_step++;
+  trace("move t%d 0x%" PRIx64 " -> 0x%" PRIx64, i, M[i].deadline, d);
+  if (!M[i].linked)
+    fail("test bug: move of unlinked t%d", i);
+  pw_wheel_move(&W, &T[i], d);
+  EXPECT(pw_timer_linked(&T[i]) && T[i].deadline == d,
+         "t%d: not linked at 0x%" PRIx64 " after move", i, d);
+  EXPECT(!have_seq || T[i].seq > last_seq, "t%d: seq %" PRIu64 " not above previous %" PRIu64, i,
+         T[i].seq, last_seq);
+  last_seq = T[i].seq;
+  have_seq = true;
+  M[i].deadline = d;
+  M[i].seq = T[i].seq;
+  verify();
+}
+
 static void op_advance(pw_tick_t to) {
   g_step++;
   trace("advance 0x%" PRIx64 " (now%s0x%" PRIx64 ")", to, to >= now ? "+" : "-",
@@ -596,6 +615,32 @@ static pw_tick_t gen_start(void) {
   }
 }
 
+/* Timers moved later wait in the slot they were filed in; every path must still meet them at
+ * their real deadline, in (deadline, seq) order: advancing past the old slot, the front slot
+ * going lazy under pw_wheel_next, cancelling a lazy timer (emptying its slot), moving it again
+ * (later, then earlier), and moving into and out of the overflow range. */
+static void test_lazy_moves(void) {
+  start("lazy_moves", 0, 8);
+  op_add(0, 5), op_add(1, 5), op_add(2, 100), op_add(3, 4000);
+  op_move(0, 90); /* t0 waits in slot 5 */
+  EXPECT(pw_wheel_next(&W) == 5, "next with t1 still at 5");
+  op_cancel(1); /* slot 5 now holds only the lazy t0 */
+  EXPECT(pw_wheel_next(&W) == 90, "next after the front slot went lazy");
+  op_move(0, 200), op_move(0, 300); /* lazy twice */
+  op_move(2, 4000);                 /* same deadline as t3, later seq */
+  op_advance(99);
+  EXPECT(op_pop() == -1, "nothing due at 99");
+  op_move(0, 50); /* earlier, and past (now is 99): expired at once */
+  EXPECT(op_pop() == 0, "t0 moved into the past pops first");
+  op_add(4, 64 * 64 * 64 * 64 * 64 * 64ull + 7); /* overflow */
+  op_move(4, 64 * 64 * 64 * 64 * 64 * 64ull * 3);
+  op_move(3, 64 * 64 * 64 * 64 * 64 * 64ull * 2); /* from a slot into the overflow range */
+  op_advance(4000);
+  EXPECT(op_pop() == 2 && op_pop() == -1, "t2 at 4000, t3 no longer");
+  op_advance(64 * 64 * 64 * 64 * 64 * 64ull * 3);
+  EXPECT(op_pop() == 3 && op_pop() == 4 && op_pop() == -1, "overflow order after moves");
+}
+
 static void random_episode(uint64_t steps) {
   static const int sizes[] = {2, 8, 64, 512};
   pw_tick_t t0 = gen_start();
@@ -631,6 +676,9 @@ static void random_episode(uint64_t steps) {
       int j = op_any();
       if (j >= 0 && below(2))
         op_cancel(j);
+    } else if (r < 97) {
+      if (M[i].linked)
+        op_move(i, below(3) ? add_sat(M[i].deadline, rnd() >> below(64)) : gen_deadline());
     } else if (r < 98) {
       op_foreach(below(2) ? 0 : 1 + (int)below(5));
     } else if (r < 99) {
@@ -678,6 +726,7 @@ int main(int argc, char **argv) {
   test_foreach_visits_all();
   test_top_of_range();
   test_cancel_unlinked();
+  test_lazy_moves();
   uint64_t named = g_step;
 
   rng_state = g_seed;
@@ -688,7 +737,7 @@ int main(int argc, char **argv) {
     random_episode(len < left ? len : left);
     episodes++;
   }
-  printf("test_wheel: ok: 9 named tests (%" PRIu64 " steps), seed %" PRIu64 ": %" PRIu64
+  printf("test_wheel: ok: 10 named tests (%" PRIu64 " steps), seed %" PRIu64 ": %" PRIu64
          " random steps in %" PRIu64 " episodes, %.2fs\n",
          named, g_seed, g_step - named, episodes, (double)(clock() - c0) / CLOCKS_PER_SEC);
   return 0;

@@ -92,7 +92,7 @@ void pw_wheel_init(pw_wheel *w, pw_tick_t now) {
   w->next_seq = 0;
   w->count = 0;
   for (int l = 0; l < PW_LEVELS; l++) {
-    w->occupied[l] = w->unsorted[l] = 0;
+    w->occupied[l] = w->unsorted[l] = w->lazy[l] = 0;
     for (int s = 0; s < PW_SLOTS; s++)
       list_init(&w->slot[l][s]);
   }
@@ -114,29 +114,57 @@ void pw_wheel_put(pw_wheel *w, pw_timer *t) {
   w->count++;
 }
 
+/* Unlinks a linked timer, clearing its slot's bits if that empties it.  The
+ * slot is found from the list itself, not the deadline (which a lazy timer
+ * has moved on): a node whose neighbour is a slot head that is now empty was
+ * that slot's last. */
+static void unlink_timer(pw_wheel *w, pw_timer *t) {
+  pw_link *next = t->link.next;
+  list_unlink(&t->link);
+  uintptr_t off = (uintptr_t)next - (uintptr_t)&w->slot[0][0];
+  if (off < sizeof w->slot && list_empty(next)) {
+    size_t i = off / sizeof(pw_link);
+    uint64_t bit = (uint64_t)1 << (i % PW_SLOTS);
+    w->occupied[i / PW_SLOTS] &= ~bit;
+    w->unsorted[i / PW_SLOTS] &= ~bit;
+    w->lazy[i / PW_SLOTS] &= ~bit;
+  }
+}
+
 bool pw_wheel_cancel(pw_wheel *w, pw_timer *t) {
   if (!pw_timer_linked(t))
     return false;
-  pw_tick_t d = t->deadline;
-  if (d <= w->now) {
-    list_unlink(&t->link); /* removal keeps the expired list's order */
-  } else {
-    int level = level_of(d, w->now);
-    if (level >= PW_LEVELS) {
-      list_unlink(&t->link);
-    } else {
-      int s = slot_of(d, level);
-      list_unlink(&t->link);
-      if (list_empty(&w->slot[level][s])) {
-        w->occupied[level] &= ~((uint64_t)1 << s);
-        w->unsorted[level] &= ~((uint64_t)1 << s);
-      }
-    }
-    if (w->next_valid && d == w->next_cached)
-      w->next_valid = false;
-  }
+  unlink_timer(w, t); /* removal keeps the expired list's order */
+  if (w->next_valid && t->deadline > w->now && t->deadline == w->next_cached)
+    w->next_valid = false;
   w->count--;
   return true;
+}
+
+void pw_wheel_move(pw_wheel *w, pw_timer *t, pw_tick_t deadline) {
+  pw_tick_t d = t->deadline;
+  if (d <= w->now || deadline < d) {
+    unlink_timer(w, t); /* expired, or earlier: re-filed now */
+    if (w->next_valid && d > w->now && d == w->next_cached)
+      w->next_valid = false;
+    t->deadline = deadline;
+    t->seq = w->next_seq++;
+    file(w, t);
+    return;
+  }
+  /* Later: it stays where it is.  If it was filed by d, that slot is marked
+   * lazy here; if it was already lazy, its slot is marked already, and the
+   * slot computed from d is at worst another occupied one, re-filed for
+   * nothing once.  The overflow list needs no mark: it is scanned whole. */
+  int level = level_of(d, w->now);
+  if (level < PW_LEVELS) {
+    uint64_t bit = (uint64_t)1 << slot_of(d, level);
+    w->lazy[level] |= bit & w->occupied[level];
+  }
+  if (w->next_valid && d == w->next_cached)
+    w->next_valid = false;
+  t->deadline = deadline;
+  t->seq = w->next_seq++;
 }
 
 /*
@@ -166,16 +194,17 @@ void pw_wheel_advance(pw_wheel *w, pw_tick_t now) {
       int to = (int)((now >> shift) & (PW_SLOTS - 1));
       mask = ((((uint64_t)2) << to) - 1) & ~((((uint64_t)1) << from) - 1);
     }
-    uint64_t m = w->occupied[l] & mask, unsorted = w->unsorted[l] & m;
+    uint64_t m = w->occupied[l] & mask, unsorted = (w->unsorted[l] | w->lazy[l]) & m;
     w->occupied[l] &= ~m;
     w->unsorted[l] &= ~m;
+    w->lazy[l] &= ~m;
     while (m) {
       int s = __builtin_ctzll(m);
       m &= m - 1;
       pw_link *h = &w->slot[l][s];
-      /* A slot in order whose last timer is due is due whole: it joins the
-       * expired list in O(1), however many timers it holds (the mass
-       * expiry of timers scheduled for one moment). */
+      /* A slot in order (and not lazy) whose last timer is due is due
+       * whole: it joins the expired list in O(1), however many timers it
+       * holds (the mass expiry of timers scheduled for one moment). */
       if (!((unsorted >> s) & 1) && timer_of(h->prev)->deadline <= now) {
         if (w->expired_sorted && !list_empty(&w->expired) &&
             before(timer_of(h->next), timer_of(w->expired.prev)))
@@ -270,21 +299,52 @@ static pw_tick_t min_of(const pw_link *h) {
   return m;
 }
 
+static int front_slot(const pw_wheel *w, int *level) {
+  for (int l = 0; l < PW_LEVELS; l++)
+    if (w->occupied[l]) {
+      *level = l;
+      return __builtin_ctzll(w->occupied[l]);
+    }
+  return -1;
+}
+
+/* Re-files lazy front slots until the front slot holds only timers filed by
+ * their own deadlines, which next_pending needs.  Each lazy timer re-filed
+ * here lands in its real place, so it costs what the move would have cost
+ * at once, and only for timers that reached the front. */
+static void settle_front(pw_wheel *w) {
+  int l, s;
+  while ((s = front_slot(w, &l)) >= 0 && ((w->lazy[l] >> s) & 1)) {
+    pw_link todo, *h = &w->slot[l][s];
+    uint64_t bit = (uint64_t)1 << s;
+    list_init(&todo);
+    list_splice(&todo, h);
+    w->occupied[l] &= ~bit;
+    w->unsorted[l] &= ~bit;
+    w->lazy[l] &= ~bit;
+    while (!list_empty(&todo)) {
+      pw_link *n = todo.next;
+      list_unlink(n);
+      file(w, timer_of(n));
+    }
+  }
+}
+
 /* The earliest deadline outside the expired list, without the cache.  Every
  * timer on level l is earlier than every timer on level l + 1, and a level-0
  * slot holds a single deadline; so the answer is in the first occupied slot
  * of the lowest occupied level. */
 static pw_tick_t next_pending(const pw_wheel *w) {
-  int l = 0;
-  while (l < PW_LEVELS && !w->occupied[l])
-    l++;
+  int l, s = front_slot(w, &l);
+  if (s < 0)
+    return min_of(&w->overflow);
   if (l == 0)
-    return (w->now & ~(pw_tick_t)(PW_SLOTS - 1)) | (pw_tick_t)__builtin_ctzll(w->occupied[0]);
-  if (l < PW_LEVELS)
-    return min_of(&w->slot[l][__builtin_ctzll(w->occupied[l])]);
-  return min_of(&w->overflow);
+    return (w->now & ~(pw_tick_t)(PW_SLOTS - 1)) | (pw_tick_t)s;
+  return min_of(&w->slot[l][s]);
 }
 
+/* The front slot (the first of the lowest occupied level) and its level, or
+ * -1 when only the overflow list may hold timers. */
 pw_tick_t pw_wheel_next(pw_wheel *w) {
   if (!list_empty(&w->expired)) {
     if (!w->expired_sorted)
@@ -292,6 +352,7 @@ pw_tick_t pw_wheel_next(pw_wheel *w) {
     return timer_of(w->expired.next)->deadline;
   }
   if (!w->next_valid) {
+    settle_front(w);
     w->next_cached = next_pending(w);
     w->next_valid = true;
   }
@@ -413,23 +474,30 @@ int pw_wheel_check(const pw_wheel *w, char *msg, size_t msglen) {
       h = &w->slot[lv][s];
       if ((r = check_list(h, &n, &min, msg, msglen)))
         return r;
-      bool bit = (w->occupied[lv] >> s) & 1;
+      bool bit = (w->occupied[lv] >> s) & 1, lazy = (w->lazy[lv] >> s) & 1;
       if (bit != (n > 0))
         FAIL("level %d slot %d: bitmap says %d, list holds %zu", lv, s, bit, n);
       if (((w->unsorted[lv] >> s) & 1) && !n)
         FAIL("level %d slot %d: empty but marked unsorted", lv, s);
-      if (!((w->unsorted[lv] >> s) & 1))
+      if (lazy && !n)
+        FAIL("level %d slot %d: empty but marked lazy", lv, s);
+      if (!((w->unsorted[lv] >> s) & 1) && !lazy)
         for (const pw_link *l = h->next; l != h && l->next != h; l = l->next)
           if (before(timer_of(l->next), timer_of((pw_link *)l)))
             FAIL("level %d slot %d: marked sorted but out of order", lv, s);
       total += n;
       if (min < wheel_min)
         wheel_min = min;
+      /* the first tick this slot can hold: a lazy slot's timers may be due
+       * at or after it, the others exactly in it */
+      int above = (lv + 1) * PW_LEVEL_BITS;
+      pw_tick_t start = (above >= 64 ? 0 : (w->now >> above) << above) | (pw_tick_t)s << (6 * lv);
       for (const pw_link *l = h->next; l != h; l = l->next) {
         pw_tick_t d = timer_of((pw_link *)l)->deadline;
         /* recomputed here, not with level_of/slot_of, so a fault there shows */
         int hb = 63 - __builtin_clzll(d ^ w->now);
-        if (d <= w->now || hb / PW_LEVEL_BITS != lv || (int)((d >> (6 * lv)) & 63) != s)
+        bool exact = d > w->now && hb / PW_LEVEL_BITS == lv && (int)((d >> (6 * lv)) & 63) == s;
+        if (!exact && !(lazy && d > w->now && d >= start))
           FAIL("deadline %llu misfiled at level %d slot %d (now %llu)", (unsigned long long)d, lv,
                s, (unsigned long long)w->now);
       }
@@ -455,9 +523,13 @@ int pw_wheel_check(const pw_wheel *w, char *msg, size_t msglen) {
          (unsigned long long)wheel_min);
   /* What pw_wheel_next() would answer, worked out without its side effects
    * (sorting, caching), so that checking changes nothing. */
+  int fl, fs = front_slot(w, &fl);
+  bool unsettled = !w->next_valid && fs >= 0 && ((w->lazy[fl] >> fs) & 1);
   if (list_empty(&w->expired)) {
+    /* unsettled: pw_wheel_next would answer after settle_front changed the
+     * wheel, which the checker must not do; its answer is checked there */
     pw_tick_t fast = w->next_valid ? w->next_cached : next_pending(w);
-    if (fast != wheel_min)
+    if (!unsettled && fast != wheel_min)
       FAIL("next deadline %llu, scan finds %llu", (unsigned long long)fast,
            (unsigned long long)wheel_min);
   } else if (w->expired_sorted && timer_of(w->expired.next)->deadline != expired_min) {

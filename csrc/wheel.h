@@ -15,6 +15,13 @@
  * a timer in the wheel moves at most once per level over its life.  The
  * overflow list is re-filed whenever `now` crosses a multiple of 2^36 ticks
  * (795 days at 1 ms), which is what a deadline that far away costs.
+ *
+ * Moving a deadline later (pw_wheel_move) only records it: the timer stays
+ * where it was filed, in a slot marked lazy, and is re-filed by its real
+ * deadline when that slot is reached by advancing or becomes the front of
+ * the wheel (the slot pw_wheel_next() looks at).  Since it was filed no later
+ * than its deadline, it is always met in time; and an idle timeout pushed
+ * back on every read touches its own timer only, not its neighbours.
  */
 #ifndef PW_WHEEL_H
 #define PW_WHEEL_H
@@ -48,6 +55,7 @@ typedef struct pw_wheel {
   size_t count; /* timers linked anywhere in the wheel, expired ones included */
   uint64_t occupied[PW_LEVELS];
   uint64_t unsorted[PW_LEVELS]; /* slots not in (deadline, seq) order */
+  uint64_t lazy[PW_LEVELS];     /* slots that may hold timers moved later (within occupied) */
   pw_link slot[PW_LEVELS][PW_SLOTS];
   pw_link overflow;
   pw_link expired;
@@ -80,6 +88,12 @@ void pw_wheel_put(pw_wheel *w, pw_timer *t);
 bool pw_wheel_cancel(pw_wheel *w, pw_timer *t);
 /* Unlinks the timer if it is linked and says whether it was.  O(1). */
 
+void pw_wheel_move(pw_wheel *w, pw_timer *t, pw_tick_t deadline);
+/* Gives a linked timer a new deadline and the next sequence number (a new
+ * place among equal deadlines, as pw_wheel_add would).  O(1).  A later
+ * deadline of a timer that has not expired is recorded in the timer alone
+ * (see the top of this file); an earlier one re-files it at once. */
+
 void pw_wheel_advance(pw_wheel *w, pw_tick_t now);
 /* Moves time forward to `now` (an earlier value is ignored); timers that fell
  * due move to the expired list.  Amortised O(1) a timer per level crossed. */
@@ -92,7 +106,7 @@ pw_tick_t pw_wheel_next(pw_wheel *w);
 /* The earliest deadline of any linked timer (<= now if one has expired), or
  * PW_TICK_MAX if none is linked.  Bit operations when the earliest timer is
  * within 64 ticks; otherwise one scan of the single slot that holds it,
- * cached until that minimum changes. */
+ * cached until that minimum changes.  A lazy front slot is re-filed first. */
 
 static inline size_t pw_wheel_count(const pw_wheel *w) { return w->count; }
 static inline pw_tick_t pw_wheel_now(const pw_wheel *w) { return w->now; }
@@ -111,7 +125,9 @@ int pw_wheel_foreach_at(const pw_wheel *w, pw_tick_t tick, int (*fn)(pw_timer *t
  * order, stopping at the first non-zero return, which it returns.  Scans the
  * one list that holds that tick (the expired list, a slot, or the overflow
  * list), which may hold other deadlines too.  fn may pw_wheel_cancel() the
- * timer it is given, and nothing else. */
+ * timer it is given, and nothing else.  Complete for a tick <= now or for the
+ * tick pw_wheel_next() has just returned: a timer moved later to any other
+ * tick may still wait in the slot it was filed in. */
 
 int pw_wheel_check(const pw_wheel *w, char *msg, size_t msglen);
 /* Recomputes every fast answer (placement, bitmaps, count, next deadline,

@@ -91,6 +91,19 @@ class CoreMachine(RuleBasedStateMachine):
         assert self.w.cancel(self.cdata[ident]) == (ident in self.model)
         self.model.pop(ident, None)
 
+    @rule(ident=timers, way=st.sampled_from(["later", "earlier", "past"]), offset=offsets)
+    def move(self, ident, way, offset):
+        """A later move is only recorded (the timer stays where it was filed);
+        every invariant must hold all the same."""
+        if ident not in self.model:
+            return
+        old = self.model[ident][0]
+        base = {"later": old + offset, "earlier": old - offset, "past": self.now - offset}
+        deadline = min(TICK_MAX, max(0, base[way]))
+        self.w.move(self.cdata[ident], deadline)
+        self.model[ident] = (deadline, self.seq)
+        self.seq += 1
+
     @rule(ident=consumes(timers))
     def cancel_and_forget(self, ident):
         self.cancel(ident)

@@ -28,6 +28,7 @@ bool pw_timer_linked(const pw_timer *t);
 void pw_wheel_add(pw_wheel *w, pw_timer *t, pw_tick_t deadline);
 void pw_wheel_put(pw_wheel *w, pw_timer *t);
 bool pw_wheel_cancel(pw_wheel *w, pw_timer *t);
+void pw_wheel_move(pw_wheel *w, pw_timer *t, pw_tick_t deadline);
 void pw_wheel_advance(pw_wheel *w, pw_tick_t now);
 pw_timer *pw_wheel_pop(pw_wheel *w);
 pw_tick_t pw_wheel_next(pw_wheel *w);
@@ -100,6 +101,10 @@ class Wheel:
         if ok:
             del self.nodes[self._addr(t)]
         return ok
+
+    def move(self, t, deadline: int) -> None:
+        """Moves a linked timer (lazily when later: see wheel.h)."""
+        self.lib.pw_wheel_move(self.w, t, deadline)
 
     def advance(self, now: int) -> None:
         self.lib.pw_wheel_advance(self.w, now)

@@ -62,6 +62,9 @@ int pw_driver_init(pw_driver *d, int64_t tick_ns, int64_t now_ns, const pw_drive
   d->started = d->stop = d->exited = false;
   d->batch_n = d->batch_pos = 0;
   d->batch_cap = BATCH_MIN;
+  d->chunk = 0;
+  d->cut_ticks = d->more = false;
+  d->collect_to = 0;
   d->wakeups = d->batches = d->max_batch = 0;
   d->hooks = *hooks;
   return 0;
@@ -107,11 +110,17 @@ static bool batch_room(pw_driver *d, size_t n) {
   return true;
 }
 
-/* Pops every expired timer into the batch.  False if the array could not
- * grow: the rest stays expired in the wheel for the next batch. */
-static bool pop_expired(pw_driver *d, size_t *n) {
+/* Pops every expired timer into the batch.  False if it stopped early: the
+ * array could not grow, or the chunk is full and the next timer's tick may
+ * be split (its timers are in their final order, and it is not tick 0,
+ * where deadlines before the clock's epoch share a tick); the rest stays
+ * expired in the wheel for the next part. */
+static bool pop_expired(pw_driver *d, size_t *n, size_t limit) {
   pw_wheel *w = &d->wheel;
-  while (pw_wheel_next(w) <= w->now) {
+  pw_tick_t next;
+  while ((next = pw_wheel_next(w)) <= w->now) {
+    if (*n >= limit && d->cut_ticks && next > 0)
+      return false;
     if (!batch_room(d, *n))
       return false;
     d->batch[(*n)++] = pw_wheel_pop(w);
@@ -135,7 +144,9 @@ bool pw_driver_batch_append_locked(pw_driver *d, pw_timer *t) {
  */
 size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
   pw_wheel *w = &d->wheel;
-  size_t n = 0;
+  size_t n = 0, limit = d->chunk ? d->chunk : BATCH_SOFT_MAX;
+  d->more = false;
+  d->collect_to = now;
   for (;;) {
     pw_tick_t next = pw_wheel_next(w);
     if (next > now) {
@@ -143,12 +154,16 @@ size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
       break;
     }
     if (next > w->now) {
-      if (n >= BATCH_SOFT_MAX)
-        break; /* at a tick boundary: the rest make the next batch */
+      if (n >= limit) {
+        d->more = true; /* at a tick boundary: the rest make the next part */
+        break;
+      }
       pw_wheel_advance(w, next);
     }
-    if (!pop_expired(d, &n))
+    if (!pop_expired(d, &n, d->chunk ? limit : SIZE_MAX)) {
+      d->more = true;
       break;
+    }
   }
   d->batch_n = n;
   d->batch_pos = 0;
@@ -157,6 +172,15 @@ size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
     if (n > d->max_batch)
       d->max_batch = n;
   }
+  return n;
+}
+
+size_t pw_driver_collect_rest(pw_driver *d) {
+  size_t n = 0;
+  pthread_mutex_lock(&d->mu);
+  if (d->more && !d->stop)
+    n = pw_driver_collect_locked(d, d->collect_to);
+  pthread_mutex_unlock(&d->mu);
   return n;
 }
 

@@ -52,6 +52,14 @@ struct pw_driver {
    * the next collection. */
   pw_timer **batch;
   size_t batch_n, batch_pos, batch_cap;
+  /* Set by the owner: a collection stops after `chunk` timers (0: only at
+   * the soft maximum, at a tick boundary); it may stop inside a tick only
+   * if `cut_ticks` says the wheel hands each tick's timers out in the
+   * owner's final order (by their sub), so that a prefix can run first. */
+  size_t chunk;
+  bool cut_ticks;
+  bool more;            /* the last collection stopped with timers due by `collect_to` left */
+  pw_tick_t collect_to; /* the `now` of the last collection */
   uint64_t wakeups, batches, max_batch;
   pw_driver_hooks hooks;
 };
@@ -78,9 +86,17 @@ void pw_driver_move_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline);
  * thread as pw_driver_add_locked does.  Caller holds mu. */
 
 size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now);
-/* Advances the wheel to `now` and pops every due timer into d->batch (for a
- * very large set, a prefix ending at a tick boundary).  Returns the count.
- * Caller holds mu. */
+/* Advances the wheel to `now` and pops every due timer into d->batch, or
+ * the first `chunk` of them (see above); for a very large set without a
+ * chunk, a prefix ending at a tick boundary.  Returns the count.  Caller
+ * holds mu. */
+
+size_t pw_driver_collect_rest(pw_driver *d);
+/* If the last collection stopped early (`more`) and no stop was asked for,
+ * takes mu and collects the next part of the same due set; returns the
+ * count (0 if nothing).  For the run hook, between two parts of one large
+ * expiry: the first callbacks need not wait for the whole set to be
+ * gathered.  Takes and releases mu itself. */
 
 bool pw_driver_batch_append_locked(pw_driver *d, pw_timer *t);
 /* Appends an unlinked timer to the batch after the last collection's,

@@ -56,6 +56,9 @@
 #define NEVER_NS INT64_MAX /* deadline of a timer that never runs (delay inf) */
 #define PAST_NS INT64_MIN  /* deadline of delay -inf */
 #define LATE_BUCKETS (48 * 8)
+/* Timers a threaded wheel gathers before it starts running them: the first
+ * callback of a million-timer expiry waits for this many, not a million. */
+#define PW_CHUNK 4096
 
 /* ------------------------------------------------------------------ */
 /* objects                                                             */
@@ -298,9 +301,22 @@ static inline pw_tick_t deadline_tick(core *c, int64_t ns) {
   return ns == NEVER_NS ? PW_TICK_MAX : pw_tick_ceil(ns, c->drv.tick_ns);
 }
 
+/* The wheel orders one tick's timers by `sub` before their scheduling
+ * order: the exact deadline's offset within its tick (when - tick_ns < ns
+ * <= when) gives the exact-deadline order asyncio uses, so the wheel hands a
+ * tick's timers out in their final order.  Tick 0 (deadlines at or before
+ * the clock's epoch) and ticks longer than 2**32 ns are left to sort_exact
+ * and are never split (see core_new). */
+static inline void set_sub(core *c, HandleObject *h, pw_tick_t tick) {
+  int64_t tick_ns = c->drv.tick_ns;
+  bool exact = tick != 0 && tick != PW_TICK_MAX && tick_ns <= ((int64_t)1 << 32);
+  h->node.sub = exact ? (uint32_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1) : 0;
+}
+
 /* Links h on its deadline's tick.  Caller holds the core's mutex. */
 static inline void link_locked(core *c, HandleObject *h) {
   pw_tick_t tick = deadline_tick(c, h->when_ns);
+  set_sub(c, h, tick);
   pw_driver_add_locked(&c->drv, &h->node, tick);
   if (tick == c->part_tick && h->when_ns < c->part_min)
     c->part_min = h->when_ns; /* see exact_min_locked */
@@ -546,6 +562,7 @@ static PyObject *handle_move(HandleObject *h, int64_t when_ns, bool overdue) {
   h->overdue = overdue;
   if (linked) {
     pw_tick_t tick = deadline_tick(c, when_ns);
+    set_sub(c, h, tick);
     pw_driver_move_locked(d, &h->node, tick); /* later: O(1), the handle alone */
     if (tick == c->part_tick && when_ns < c->part_min)
       c->part_min = when_ns; /* as link_locked */
@@ -964,6 +981,10 @@ static void hook_run(pw_driver *d, void *arg) {
   }
   PyEval_RestoreThread(c->tstate);
   run_batch(c);
+  /* The rest of a large expiry, part by part, without giving up the GIL in
+   * between: taking the mutex under the GIL is the allowed order. */
+  while (!c->closed && !pw_is_finalizing() && pw_driver_collect_rest(d))
+    run_batch(c);
   PyEval_SaveThread();
 }
 
@@ -1110,6 +1131,11 @@ static core *core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
   c->manual_ns = start_ns;
   core_register(c);
   if (!manual) {
+    /* A large expiry is handed to the callbacks in parts of PW_CHUNK, the
+     * first as soon as it is gathered (see hook_run); set_sub makes a split
+     * inside a tick safe wherever it orders the tick. */
+    c->drv.chunk = PW_CHUNK;
+    c->drv.cut_ticks = tick_ns <= ((int64_t)1 << 32);
     atomic_fetch_add(&c->refs, 1); /* the thread's */
     if ((r = pw_driver_start(&c->drv))) {
       atomic_fetch_sub(&c->refs, 1);

@@ -9,7 +9,7 @@
  * PW_TEST_TRACE=1 prints every operation as it runs, which is how a failure is reproduced.
  *
  * The model is a fixed pool of timers, each mirrored by (linked, deadline, seq).  The timer
- * pw_wheel_pop must return is the linked one with the least (deadline, seq) among those with
+ * pw_wheel_pop must return is the linked one with the least (deadline, sub, seq) among those with
  * deadline <= now.  Every other answer (count, next, linked, any, foreach, pw_wheel_check) is
  * compared with the pool after every step (but see verify()), so a broken step fails at once.
  * A failure prints the test, seed, step and the last operations, then exits 1.
@@ -30,14 +30,16 @@ typedef struct {
   bool linked;
   bool popped; /* unlinked by pw_wheel_pop, so pw_wheel_put may link it again */
   pw_tick_t deadline;
+  uint32_t sub;
   uint64_t seq;
 } model;
 
 static pw_wheel W;
 static pw_timer T[NPOOL];
 static model M[NPOOL];
-static int n_pool;    /* timers in play in this test or episode */
-static pw_tick_t now; /* the model's clock */
+static int n_pool;        /* timers in play in this test or episode */
+static uint32_t next_sub; /* the sub the next add or move gives (random episodes vary it) */
+static pw_tick_t now;     /* the model's clock */
 static uint64_t last_seq;
 static bool have_seq;
 
@@ -93,7 +95,8 @@ static int expected_pop(void) {
     if (!M[i].linked || M[i].deadline > now)
       continue;
     if (best < 0 || M[i].deadline < M[best].deadline ||
-        (M[i].deadline == M[best].deadline && M[i].seq < M[best].seq))
+        (M[i].deadline == M[best].deadline &&
+         (M[i].sub < M[best].sub || (M[i].sub == M[best].sub && M[i].seq < M[best].seq))))
       best = i;
   }
   return best;
@@ -148,6 +151,7 @@ static void start(const char *name, pw_tick_t t0, int n) {
     pw_timer_init(&T[i]);
     M[i] = (model){0};
   }
+  next_sub = 0;
   n_pool = n;
   now = t0;
   have_seq = false;
@@ -159,13 +163,14 @@ static void op_add(int i, pw_tick_t d) {
   trace("add t%d d=0x%" PRIx64, i, d);
   if (M[i].linked)
     fail("test bug: add of linked t%d", i);
+  T[i].sub = next_sub;
   pw_wheel_add(&W, &T[i], d);
   EXPECT(T[i].deadline == d, "t%d: deadline 0x%" PRIx64 " after add", i, T[i].deadline);
   EXPECT(!have_seq || T[i].seq > last_seq, "t%d: seq %" PRIu64 " not above previous %" PRIu64, i,
          T[i].seq, last_seq);
   last_seq = T[i].seq;
   have_seq = true;
-  M[i] = (model){true, false, d, T[i].seq};
+  M[i] = (model){true, false, d, next_sub, T[i].seq};
   verify();
 }
 
@@ -198,6 +203,7 @@ static void op_move(int i, pw_tick_t d) {
   trace("move t%d 0x%" PRIx64 " -> 0x%" PRIx64, i, M[i].deadline, d);
   if (!M[i].linked)
     fail("test bug: move of unlinked t%d", i);
+  T[i].sub = next_sub;
   pw_wheel_move(&W, &T[i], d);
   EXPECT(pw_timer_linked(&T[i]) && T[i].deadline == d,
          "t%d: not linked at 0x%" PRIx64 " after move", i, d);
@@ -207,6 +213,7 @@ static void op_move(int i, pw_tick_t d) {
   have_seq = true;
   M[i].deadline = d;
   M[i].seq = T[i].seq;
+  M[i].sub = next_sub;
   verify();
 }
 
@@ -235,7 +242,8 @@ static int op_pop(void) {
            i);
     EXPECT(M[i].deadline <= now, "early: pop returned t%d with deadline 0x%" PRIx64, i,
            M[i].deadline);
-    EXPECT(T[i].deadline == M[i].deadline && T[i].seq == M[i].seq, "t%d: deadline/seq changed", i);
+    EXPECT(T[i].deadline == M[i].deadline && T[i].seq == M[i].seq && T[i].sub == M[i].sub,
+           "t%d: deadline/sub/seq changed", i);
     EXPECT(!pw_timer_linked(t), "t%d still linked after pop", i);
   }
   if (i != want) {
@@ -616,7 +624,7 @@ static pw_tick_t gen_start(void) {
 }
 
 /* Timers moved later wait in the slot they were filed in; every path must still meet them at
- * their real deadline, in (deadline, seq) order: advancing past the old slot, the front slot
+ * their real deadline, in (deadline, sub, seq) order: advancing past the old slot, the front slot
  * going lazy under pw_wheel_next, cancelling a lazy timer (emptying its slot), moving it again
  * (later, then earlier), and moving into and out of the overflow range. */
 static void test_lazy_moves(void) {
@@ -649,6 +657,7 @@ static void random_episode(uint64_t steps) {
   uint64_t end = g_step + steps;
   while (g_step < end) {
     int i = (int)below((uint64_t)n_pool), r = (int)below(100);
+    next_sub = below(2) ? 0 : (uint32_t)below(3); /* ties on sub too */
     if (r < 40) {
       if (M[i].linked) {
         if (below(4) == 0)

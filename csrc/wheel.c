@@ -38,7 +38,9 @@ static inline pw_timer *timer_of(pw_link *l) { return (pw_timer *)l; }
 /* ---- placement ---- */
 
 static inline bool before(const pw_timer *a, const pw_timer *b) {
-  return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+  if (a->deadline != b->deadline)
+    return a->deadline < b->deadline;
+  return a->sub != b->sub ? a->sub < b->sub : a->seq < b->seq;
 }
 
 /* Level of a deadline d > now: the 6-bit group holding the highest bit in
@@ -57,9 +59,25 @@ static inline int slot_of(pw_tick_t d, int level) {
 #endif
 }
 
+/* How far from the head a timer that expires out of order is looked for its
+ * place before the list is marked unsorted instead. */
+#define EXPIRED_INSERT_STEPS 16
+
+/* An expired timer goes to the end of the expired list, or, if it is due
+ * before the last one, to its place when that is near the head: a timer
+ * scheduled for a time already past while a large expiry is handed out in
+ * parts belongs at the front, and must not cost a sort of all the rest. */
 static void expired_append(pw_wheel *w, pw_timer *t) {
-  if (w->expired_sorted && !list_empty(&w->expired) && before(t, timer_of(w->expired.prev)))
+  if (w->expired_sorted && !list_empty(&w->expired) && before(t, timer_of(w->expired.prev))) {
+    pw_link *l = w->expired.next;
+    for (int i = 0; i < EXPIRED_INSERT_STEPS; i++, l = l->next) {
+      if (before(t, timer_of(l))) {
+        list_append(l, &t->link); /* appending to a node links it just before */
+        return;
+      }
+    }
     w->expired_sorted = false;
+  }
   list_append(&w->expired, &t->link);
 }
 

@@ -4,7 +4,9 @@
  * The wheel never reads a clock, sleeps, starts a thread, allocates or
  * touches Python.  Time comes in as integer ticks through pw_wheel_advance();
  * expired timers are pulled out one at a time with pw_wheel_pop(), earliest
- * (deadline, seq) first.  Timers are intrusive: the caller embeds a pw_timer
+ * (deadline, sub, seq) first: `sub` lets an owner with finer deadlines than
+ * ticks have them handed out in its own order, so any prefix of what is due
+ * can be run before the rest is even looked at.  Timers are intrusive: the caller embeds a pw_timer
  * in its own object and owns its memory.
  *
  * Placement: a timer with deadline d > now lives on the level of the highest
@@ -47,6 +49,8 @@ typedef struct pw_timer {
   pw_link link;       /* first member: a pw_link* to a linked timer is its pw_timer* */
   pw_tick_t deadline; /* tick at which the timer becomes due */
   uint64_t seq;       /* scheduling order, assigned by the wheel: breaks ties */
+  uint32_t sub;       /* the owner's order within one tick, before seq (0 if unused);
+                         set it before pw_wheel_add or pw_wheel_move */
 } pw_timer;
 
 typedef struct pw_wheel {
@@ -54,12 +58,12 @@ typedef struct pw_wheel {
   uint64_t next_seq;
   size_t count; /* timers linked anywhere in the wheel, expired ones included */
   uint64_t occupied[PW_LEVELS];
-  uint64_t unsorted[PW_LEVELS]; /* slots not in (deadline, seq) order */
+  uint64_t unsorted[PW_LEVELS]; /* slots not in (deadline, sub, seq) order */
   uint64_t lazy[PW_LEVELS];     /* slots that may hold timers moved later (within occupied) */
   pw_link slot[PW_LEVELS][PW_SLOTS];
   pw_link overflow;
   pw_link expired;
-  bool expired_sorted; /* expired list is in (deadline, seq) order */
+  bool expired_sorted; /* expired list is in (deadline, sub, seq) order */
   bool next_valid;     /* next_cached holds the earliest non-expired deadline */
   pw_tick_t next_cached;
 } pw_wheel;
@@ -71,6 +75,7 @@ static inline void pw_timer_init(pw_timer *t) {
   t->link.next = t->link.prev = NULL;
   t->deadline = 0;
   t->seq = 0;
+  t->sub = 0;
 }
 /* Marks the timer unlinked.  Needed once before its first pw_wheel_add(). */
 
@@ -99,8 +104,8 @@ void pw_wheel_advance(pw_wheel *w, pw_tick_t now);
  * due move to the expired list.  Amortised O(1) a timer per level crossed. */
 
 pw_timer *pw_wheel_pop(pw_wheel *w);
-/* Unlinks and returns the expired timer with the least (deadline, seq), or
- * NULL when none has expired. */
+/* Unlinks and returns the expired timer with the least (deadline, sub, seq),
+ * or NULL when none has expired. */
 
 pw_tick_t pw_wheel_next(pw_wheel *w);
 /* The earliest deadline of any linked timer (<= now if one has expired), or

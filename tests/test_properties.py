@@ -55,6 +55,10 @@ starts = st.one_of(
 )
 
 
+# the owner's order within a tick: mostly none, sometimes ties, sometimes the extremes
+subs = st.one_of(st.just(0), st.integers(0, 2), st.sampled_from([2**31, 2**32 - 1]))
+
+
 class CoreMachine(RuleBasedStateMachine):
     """The C wheel against a model: a dict of linked timers and the pop log."""
 
@@ -76,13 +80,13 @@ class CoreMachine(RuleBasedStateMachine):
     def now(self):
         return self.w.now()
 
-    @rule(target=timers, offset=offsets, past=st.booleans())
-    def add(self, offset, past):
+    @rule(target=timers, offset=offsets, past=st.booleans(), sub=subs)
+    def add(self, offset, past, sub):
         deadline = max(0, self.now - offset) if past else min(TICK_MAX, self.now + offset)
         ident = self.ids
         self.ids += 1
-        self.cdata[ident] = self.w.add(ident, deadline)
-        self.model[ident] = (deadline, self.seq)
+        self.cdata[ident] = self.w.add(ident, deadline, sub)
+        self.model[ident] = (deadline, sub, self.seq)
         self.seq += 1
         return ident
 
@@ -91,8 +95,8 @@ class CoreMachine(RuleBasedStateMachine):
         assert self.w.cancel(self.cdata[ident]) == (ident in self.model)
         self.model.pop(ident, None)
 
-    @rule(ident=timers, way=st.sampled_from(["later", "earlier", "past"]), offset=offsets)
-    def move(self, ident, way, offset):
+    @rule(ident=timers, way=st.sampled_from(["later", "earlier", "past"]), offset=offsets, sub=subs)
+    def move(self, ident, way, offset, sub):
         """A later move is only recorded (the timer stays where it was filed);
         every invariant must hold all the same."""
         if ident not in self.model:
@@ -100,8 +104,8 @@ class CoreMachine(RuleBasedStateMachine):
         old = self.model[ident][0]
         base = {"later": old + offset, "earlier": old - offset, "past": self.now - offset}
         deadline = min(TICK_MAX, max(0, base[way]))
-        self.w.move(self.cdata[ident], deadline)
-        self.model[ident] = (deadline, self.seq)
+        self.w.move(self.cdata[ident], deadline, sub)
+        self.model[ident] = (deadline, sub, self.seq)
         self.seq += 1
 
     @rule(ident=consumes(timers))
@@ -109,7 +113,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.cancel(ident)
 
     def due(self):
-        return sorted((d, s, i) for i, (d, s) in self.model.items() if d <= self.now)
+        return sorted((d, sub, s, i) for i, (d, sub, s) in self.model.items() if d <= self.now)
 
     @rule(k=st.integers(1, 4))
     def pop_some(self, k):
@@ -124,8 +128,8 @@ class CoreMachine(RuleBasedStateMachine):
             assert got is None
             return
         assert got is not None, f"{len(due)} due timers, pop returned nothing"
-        ident, deadline, seq = got
-        assert (deadline, seq, ident) == due[0], "popped out of (deadline, seq) order"
+        ident, deadline, sub, seq = got
+        assert (deadline, sub, seq, ident) == due[0], "popped out of (deadline, sub, seq) order"
         assert deadline <= self.now, "popped before its deadline"
         del self.model[ident]
 
@@ -159,7 +163,7 @@ class CoreMachine(RuleBasedStateMachine):
     def counts_and_next_deadline(self):
         if hasattr(self, "w"):
             assert self.w.count() == len(self.model)
-            want = min((d for d, _ in self.model.values()), default=TICK_MAX)
+            want = min((d for d, _, _ in self.model.values()), default=TICK_MAX)
             assert self.w.next() == want
 
 
@@ -443,7 +447,7 @@ def test_every_pair_of_deadlines_in_two_levels_pops_in_order():
             w.advance(5 + max(a, b))
             got = [w.pop(), w.pop()]
             want = sorted([(5 + a, 0, 0), (5 + b, 1, 1)])
-            assert [(g[1], g[2], g[0]) for g in got] == want
+            assert [(g[1], g[3], g[0]) for g in got] == want
 
 
 # ---- the real clock -----------------------------------------------------------

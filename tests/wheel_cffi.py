@@ -17,7 +17,7 @@ CSRC = os.path.join(ROOT, "csrc")
 CDEF = """
 typedef uint64_t pw_tick_t;
 typedef struct pw_link { struct pw_link *next, *prev; } pw_link;
-typedef struct pw_timer { pw_link link; pw_tick_t deadline; uint64_t seq; } pw_timer;
+typedef struct pw_timer { pw_link link; pw_tick_t deadline; uint64_t seq; uint32_t sub; } pw_timer;
 typedef struct pw_wheel { pw_tick_t now; ...; } pw_wheel;
 #define PW_LEVELS ...
 #define PW_LEVEL_BITS ...
@@ -88,9 +88,10 @@ class Wheel:
     def _addr(self, t) -> int:
         return int(self.ffi.cast("uintptr_t", t))
 
-    def add(self, ident: int, deadline: int):
+    def add(self, ident: int, deadline: int, sub: int = 0):
         t = self.ffi.new("pw_timer *")
         self.lib.pw_timer_init(t)
+        t.sub = sub
         self.lib.pw_wheel_add(self.w, t, deadline)
         a = self._addr(t)
         self.nodes[a], self.ids[a] = t, ident
@@ -102,21 +103,22 @@ class Wheel:
             del self.nodes[self._addr(t)]
         return ok
 
-    def move(self, t, deadline: int) -> None:
+    def move(self, t, deadline: int, sub: int = 0) -> None:
         """Moves a linked timer (lazily when later: see wheel.h)."""
+        t.sub = sub
         self.lib.pw_wheel_move(self.w, t, deadline)
 
     def advance(self, now: int) -> None:
         self.lib.pw_wheel_advance(self.w, now)
 
     def pop(self):
-        """(id, deadline, seq) of the next expired timer, or None."""
+        """(id, deadline, sub, seq) of the next expired timer, or None."""
         t = self.lib.pw_wheel_pop(self.w)
         if t == self.ffi.NULL:
             return None
         a = self._addr(t)
         self.nodes.pop(a)
-        return self.ids[a], t.deadline, t.seq
+        return self.ids[a], t.deadline, t.sub, t.seq
 
     def next(self) -> int:
         return self.lib.pw_wheel_next(self.w)

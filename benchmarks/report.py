@@ -157,16 +157,16 @@ def targets(records: list[dict], cfg) -> list[dict]:
             else f"{m[0]['traced_bytes']:.0f} B traced, {m[0]['rss_bytes']:.0f} B RSS",
             m[0]["traced_bytes"] <= 112,
         )
-    idle = _recs(records, "idle", PW)
-    if idle:
+    wk = _recs(records, "wakeups", PW)
+    if wk:
         add(
-            "idle: zero wake-ups/s with nothing pending or only far-future timers",
+            "wakeups: zero wake-ups/s with nothing pending or only far-future timers",
             "; ".join(
                 f"{r['case']}: {r['wakeups_per_s']:.2f} wake-ups/s, "
                 f"{r['ctx_per_s']:.2f} ctx switches/s"
-                for r in idle
+                for r in wk
             ),
-            all(r["wakeups_per_s"] == 0 for r in idle),
+            all(r["wakeups_per_s"] == 0 for r in wk),
         )
     li = _recs(records, "late_idle", PW)
     if li:
@@ -428,8 +428,8 @@ def markdown(doc: dict) -> str:
             "",
         ]
 
-    idle = _recs(rec, "idle")
-    if idle:
+    wk = _recs(rec, "wakeups")
+    if wk:
         rows = [
             [
                 r["impl"],
@@ -437,10 +437,10 @@ def markdown(doc: dict) -> str:
                 _fmt(r.get("wakeups_per_s")) if "wakeups_per_s" in r else "–",
                 _fmt(r.get("ctx_per_s")) if "ctx_per_s" in r else r.get("note", "–"),
             ]
-            for r in idle
+            for r in wk
         ]
         parts += [
-            "## Idle wake-ups per second",
+            "## Wake-ups per second with nothing due",
             "",
             _table(
                 ["implementation", "pending", "wheel wake-ups/s", "thread context switches/s"], rows

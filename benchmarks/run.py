@@ -17,7 +17,7 @@ from . import report
 from . import workloads as W
 from .util import Progress, machine
 
-WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "stress"]
+WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "wakeups", "stress"]
 
 
 def _parse_ns(text: str) -> list[int]:
@@ -107,10 +107,10 @@ def build_plan(
                     label = f"lateness {'busy' if busy else 'idle'} {name}"
                     plan.append((label, lambda nm=name, b=busy: W.late_unit(nm, b, cfg)))
 
-    if "idle" in only:
-        for name in W.IDLE_PEERS:
+    if "wakeups" in only:
+        for name in W.WAKEUP_PEERS:
             if ok(name):
-                plan.append((f"idle {name}", lambda nm=name: W.idle_unit(nm, cfg)))
+                plan.append((f"wakeups {name}", lambda nm=name: W.wakeup_unit(nm, cfg)))
 
     if "stress" in only:
         for name in W.STRESS_PEERS:

@@ -51,7 +51,7 @@ class Config:
     mem_n: int
     late_m: int
     late_span: float
-    idle_s: float
+    wakeup_s: float
     stress_s: float
     stress_producers: int
     stress_batch: int
@@ -75,7 +75,7 @@ MODES = {
         mem_n=10**6,
         late_m=2000,
         late_span=3.0,
-        idle_s=5.0,
+        wakeup_s=5.0,
         stress_s=10.0,
         stress_producers=10,
         stress_batch=200,
@@ -93,7 +93,7 @@ MODES = {
         mem_n=5 * 10**4,
         late_m=200,
         late_span=0.4,
-        idle_s=0.3,
+        wakeup_s=0.3,
         stress_s=0.8,
         stress_producers=10,
         stress_batch=200,
@@ -113,7 +113,7 @@ MODES = {
         mem_n=10**4,
         late_m=20,
         late_span=0.1,
-        idle_s=0.15,
+        wakeup_s=0.15,
         stress_s=0.2,
         stress_producers=2,
         stress_batch=20,
@@ -547,10 +547,10 @@ def late_unit(name: str, busy: bool, cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------------------
-# idle wake-ups
+# wake-ups while nothing is due
 
 
-def _idle_window(secs: float, tid: int, wakeups=None) -> dict:
+def _wakeup_window(secs: float, tid: int, wakeups=None) -> dict:
     time.sleep(0.1)  # settle
     c0, w0 = ctx_switches(tid), wakeups() if wakeups else None
     t0 = time.monotonic()
@@ -562,12 +562,12 @@ def _idle_window(secs: float, tid: int, wakeups=None) -> dict:
     return out
 
 
-def idle_unit(name: str, cfg: Config) -> list[dict]:
-    secs = cfg.idle_s
+def wakeup_unit(name: str, cfg: Config) -> list[dict]:
+    secs = cfg.wakeup_s
     recs = []
 
     def rec(case, **kw):
-        recs.append({"workload": "idle", "impl": name, "case": case, **kw})
+        recs.append({"workload": "wakeups", "impl": name, "case": case, **kw})
 
     if name == "pywheel":
         import pywheel
@@ -581,9 +581,9 @@ def idle_unit(name: str, cfg: Config) -> list[dict]:
         def wake():
             return w.stats()["wakeups"]
 
-        rec("0 timers", **_idle_window(secs, tid, wake))
+        rec("0 timers", **_wakeup_window(secs, tid, wake))
         w.call_later(3600, nop)
-        rec("1 timer in 1 h", **_idle_window(secs, tid, wake))
+        rec("1 timer in 1 h", **_wakeup_window(secs, tid, wake))
         w.close()
     elif name in ("asyncio", "uvloop"):
         loop = asyncio.new_event_loop() if name == "asyncio" else _new_uvloop()
@@ -594,9 +594,9 @@ def idle_unit(name: str, cfg: Config) -> list[dict]:
         )
         th.start()
         time.sleep(0.05)
-        rec("0 timers", **_idle_window(secs, box[0]))
+        rec("0 timers", **_wakeup_window(secs, box[0]))
         loop.call_soon_threadsafe(loop.call_later, 3600, nop)
-        rec("1 timer in 1 h", **_idle_window(secs, box[0]))
+        rec("1 timer in 1 h", **_wakeup_window(secs, box[0]))
         loop.call_soon_threadsafe(loop.stop)
         th.join(5)
         loop.close()
@@ -605,13 +605,13 @@ def idle_unit(name: str, cfg: Config) -> list[dict]:
         t = threading.Timer(3600, nop)
         t.start()
         time.sleep(0.05)
-        rec("1 timer in 1 h", **_idle_window(secs, t.native_id))
+        rec("1 timer in 1 h", **_wakeup_window(secs, t.native_id))
         t.cancel()
         t.join(5)
     return recs
 
 
-IDLE_PEERS = ["pywheel", "asyncio", "uvloop", "threading.Timer"]
+WAKEUP_PEERS = ["pywheel", "asyncio", "uvloop", "threading.Timer"]
 
 
 # ---------------------------------------------------------------------------

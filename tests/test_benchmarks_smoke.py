@@ -51,7 +51,7 @@ def test_smoke_every_workload_without_optional_extras(tmp_path):
         "memory",
         "late_idle",
         "late_busy",
-        "idle",
+        "wakeups",
         "stress",
     }
     assert not [n for n in doc["notes"] if "failed" in n], doc["notes"]

@@ -10,6 +10,19 @@ FLOOR_PY = "floor: Py call from C"
 ORDER = [FLOOR_C, FLOOR_PY, PW, "asyncio", "uvloop", "sched", "heapq tuples", "threading.Timer"]
 
 
+# the idle-timeout rows (benchmarks.peers.IDLE_PEERS' names), in table order
+IDLE_RESCHEDULE = "pywheel reschedule"
+IDLE_ASYNCIO = ("asyncio cancel+new", "asyncio Timeout")
+IDLE_ORDER = [
+    FLOOR_C,
+    IDLE_RESCHEDULE,
+    "WheelEventLoop reschedule",
+    "pywheel cancel+new",
+    *IDLE_ASYNCIO,
+    "uvloop cancel+new",
+]
+
+
 def _recs(records, workload, impl=None, n=None):
     return [
         r
@@ -27,9 +40,16 @@ def _get(records, workload, impl, n=None, key="ns"):
     return None
 
 
-def _impls(records, workload):
+def _impls(records, workload, order=ORDER):
     seen = {r["impl"] for r in _recs(records, workload)}
-    return [i for i in ORDER if i in seen] + sorted(seen - set(ORDER))
+    return [i for i in order if i in seen] + sorted(seen - set(order))
+
+
+def _idle_best_asyncio(records, n):
+    """asyncio's best way at N: the cheaper of cancel+new and Timeout."""
+    xs = [_get(records, "idle", a, n) for a in IDLE_ASYNCIO]
+    xs = [x for x in xs if x is not None]
+    return min(xs) if xs else None
 
 
 def _ns_list(records, workload):
@@ -167,6 +187,30 @@ def targets(records: list[dict], cfg) -> list[dict]:
                 for r in wk
             ),
             all(r["wakeups_per_s"] == 0 for r in wk),
+        )
+    ns = _ns_list(records, "idle")
+    if ns:
+        per_n = [
+            (n, ratio(_get(records, "idle", IDLE_RESCHEDULE, n), _get(records, "idle", FLOOR_C, n)))
+            for n in ns
+        ]
+        vals = [r for _, r in per_n if r is not None]
+        add(
+            "idle: reschedule ≤ 3× the floor at every N",
+            ", ".join(f"{_n(n)}: {_x(r)}" for n, r in per_n),
+            None if not vals else all(r <= 3 for r in vals),
+        )
+        per_n = [
+            (n, ratio(_idle_best_asyncio(records, n), _get(records, "idle", IDLE_RESCHEDULE, n)))
+            for n in ns
+        ]
+        vals = [r for _, r in per_n if r is not None]
+        add(
+            "idle: reschedule ≥ 20× faster than asyncio's best way at every N",
+            ", ".join(
+                f"{_n(n)}: {_x(r)}" if r is not None else f"{_n(n)}: not measured" for n, r in per_n
+            ),
+            None if not vals else all(r >= 20 for r in vals),
         )
     li = _recs(records, "late_idle", PW)
     if li:
@@ -427,6 +471,43 @@ def markdown(doc: dict) -> str:
             "clock. A negative min means it ran early.",
             "",
         ]
+
+    ns = _ns_list(rec, "idle")
+    if ns:
+        rows, setup_rows = [], []
+        for impl in _impls(rec, "idle", IDLE_ORDER):
+            row, srow = [impl], [impl]
+            for n in ns:
+                r = next(iter(_recs(rec, "idle", impl, n)), None)
+                if r is None:
+                    row.append("–")
+                    srow.append("–")
+                    continue
+                v, f, a = r["ns"], _get(rec, "idle", FLOOR_C, n), _idle_best_asyncio(rec, n)
+                if impl.startswith("floor"):
+                    row.append(_fmt(v, " ns"))
+                else:
+                    row.append(
+                        f"{_fmt(v, ' ns')} · {_x(v / f) if f else '–'} F · "
+                        f"**{_x(a / v) if a else '–'}**"
+                    )
+                    srow.append(f"{_fmt(r['setup_ns'], ' ns')} / {_fmt(r['teardown_ns'], ' ns')}")
+            rows.append(row)
+            if not impl.startswith("floor"):
+                setup_rows.append(srow)
+        parts += _n_section(
+            "Idle timeouts: a read pushes one of N 30 s timeouts back (ns per read)", ns, rows
+        )
+        parts += [
+            "Each of N connections has a timeout 30 s away; each read moves one random "
+            "connection's timeout to 30 s from now, so nothing fires. F = multiple of the "
+            "floor (a pre-bound C method with the same arguments in the same loop); **bold** "
+            "= asyncio's best way (the cheaper of its cancel+new and Timeout.reschedule at "
+            "that N) over this row's cost (higher: faster). Median of the rounds; GC on; "
+            "asyncio's purge of cancelled handles runs between chunks of reads, untimed.",
+            "",
+        ]
+        parts += _n_section("Idle timeouts: setup / teardown (ns per connection)", ns, setup_rows)
 
     wk = _recs(rec, "wakeups")
     if wk:

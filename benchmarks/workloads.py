@@ -56,6 +56,9 @@ class Config:
     stress_producers: int
     stress_batch: int
     stress_trace_s: float
+    idle_ns: list[int]
+    idle_reads: int  # reads per round
+    idle_budget_s: float  # per (peer, N): estimated fill + reads + teardown
     fire_budget_s: float = 600.0
     spread_s: float = 1.0  # fire_spread: deadlines spread over this many seconds
     thread_mem_n: int = 1000  # threading.Timer's N in the memory workload
@@ -80,6 +83,9 @@ MODES = {
         stress_producers=10,
         stress_batch=200,
         stress_trace_s=3.0,
+        idle_ns=[10**3, 10**4, 10**5, 10**6, 10**7],
+        idle_reads=100_000,
+        idle_budget_s=120.0,
     ),
     "quick": Config(
         "quick",
@@ -98,6 +104,9 @@ MODES = {
         stress_producers=10,
         stress_batch=200,
         stress_trace_s=0.4,
+        idle_ns=[10**3, 10**4, 10**5],
+        idle_reads=20_000,
+        idle_budget_s=20.0,
         spread_s=0.25,
         thread_mem_n=200,
     ),
@@ -118,6 +127,9 @@ MODES = {
         stress_producers=2,
         stress_batch=20,
         stress_trace_s=0.1,
+        idle_ns=[300],
+        idle_reads=300,
+        idle_budget_s=10.0,
         fire_budget_s=30.0,
         spread_s=0.1,
         thread_mem_n=50,
@@ -543,6 +555,69 @@ def late_unit(name: str, busy: bool, cfg: Config) -> dict:
         "min_us": min(us) if us else None,
         "note": LATE_NOTES.get(name, ""),
         **extra,
+    }
+
+
+# ---------------------------------------------------------------------------
+# idle timeouts: N connections, a read pushes one connection's 30 s timeout
+# back (the workload timing wheels exist for)
+
+
+def idle_reads(n: int, k: int) -> list[int]:
+    """The connections read, in order: the same for every peer at one N."""
+    rng = random.Random(n)
+    return [rng.randrange(n) for _ in range(k)]
+
+
+def _idle_round(peer: P.IdlePeer, chunks: list[list[int]], g: GcCounter) -> int:
+    dt = 0
+    for c in chunks:
+        with g:
+            dt += peer.run(c)
+        peer.tidy()
+    return dt
+
+
+def idle_unit(cls: type[P.IdlePeer], n: int, cfg: Config) -> dict:
+    peer = cls()
+    reads = idle_reads(n, cfg.idle_reads)
+    # a running loop checks its heap every iteration: a tenth of N reads
+    # between two checks keeps the heap as small as a real loop's, give or take
+    size = max(100, n // 10) if cls.tidies else len(reads)
+    chunks = [reads[i : i + size] for i in range(0, len(reads), size)]
+    fired0 = P.idle_fired()
+    gc.collect()
+    g, t0 = GcCounter(), perf_ns()
+    with g:
+        peer.open(n)
+    setup_ns = perf_ns() - t0
+    fill = g.as_dict()
+    _idle_round(peer, chunks, GcCounter())  # warm-up
+    g = GcCounter()
+    samples = [_idle_round(peer, chunks, g) / len(reads) for _ in range(cfg.rounds)]
+    elapsed_s = (perf_ns() - t0) / 1e9
+    t1 = perf_ns()
+    peer.close()
+    teardown_ns = perf_ns() - t1
+    del peer
+    gc.collect()
+    s = sorted(samples)
+    return {
+        "workload": "idle",
+        "impl": cls.name,
+        "n": n,
+        "ns": s[len(s) // 2],
+        "ns_min": s[0],
+        "reads": len(reads),
+        "chunk": size,
+        "rounds": cfg.rounds,
+        "samples": [round(x, 2) for x in samples],
+        "setup_ns": setup_ns / n,
+        "teardown_ns": teardown_ns / n,
+        "fill_gen2": fill["gen2"],
+        "open_s": round(elapsed_s, 2),  # from the fill's start to the last read
+        "fired": P.idle_fired() - fired0,
+        **g.as_dict(),
     }
 
 

@@ -78,9 +78,10 @@ class Peer:
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None: ...
 
-    def fill(self, n: int, keep: bool = True) -> None:
+    def fill(self, n: int, keep: bool = True, callbacks=None) -> None:
         """Schedules n timers with pool delays (the setup phase).  With keep
-        False the handles are dropped (the scheduler still holds them)."""
+        False the handles are dropped (the scheduler still holds them).
+        callbacks: an iterable of n callbacks (default: the no-op for all)."""
 
     def close(self) -> None: ...
 
@@ -200,8 +201,8 @@ class PyWheel(_RandomPool):
         super().open()
         self.w = pywheel.Wheel()
 
-    def fill(self, n, keep=True):
-        hs = map(self.w.call_later, fill_delays(n), itertools.repeat(nop))
+    def fill(self, n, keep=True, callbacks=None):
+        hs = map(self.w.call_later, fill_delays(n), callbacks or itertools.repeat(nop))
         self.hs.extend(hs) if keep else deque(hs, maxlen=0)
 
     def close(self):
@@ -238,8 +239,8 @@ class UvLoop(_RandomPool):
         super().open()
         self.loop = self.new_loop()
 
-    def fill(self, n, keep=True):
-        hs = map(self.loop.call_later, fill_delays(n), itertools.repeat(nop))
+    def fill(self, n, keep=True, callbacks=None):
+        hs = map(self.loop.call_later, fill_delays(n), callbacks or itertools.repeat(nop))
         self.hs.extend(hs) if keep else deque(hs, maxlen=0)
 
     def close(self):
@@ -310,8 +311,9 @@ class AsyncioLoop(_HeapTail):
     def heap(self):
         return self.loop._scheduled
 
-    def fill(self, n, keep=True):
-        deque(map(self.loop.call_later, fill_delays(n), itertools.repeat(nop)), maxlen=0)
+    def fill(self, n, keep=True, callbacks=None):
+        cbs = callbacks or itertools.repeat(nop)
+        deque(map(self.loop.call_later, fill_delays(n), cbs), maxlen=0)
 
     def close(self):
         for h in self.loop._scheduled:
@@ -367,11 +369,9 @@ class Sched(_HeapTail):
     def heap(self):
         return self.s._queue
 
-    def fill(self, n, keep=True):
-        deque(
-            map(self.s.enter, fill_delays(n), itertools.repeat(0), itertools.repeat(nop)),
-            maxlen=0,
-        )
+    def fill(self, n, keep=True, callbacks=None):
+        cbs = callbacks or itertools.repeat(nop)
+        deque(map(self.s.enter, fill_delays(n), itertools.repeat(0), cbs), maxlen=0)
 
     def close(self):
         self.s._queue.clear()
@@ -420,9 +420,13 @@ class HeapqTuples(_HeapTail):
     def heap(self):
         return self.h
 
-    def fill(self, n, keep=True):
+    def fill(self, n, keep=True, callbacks=None):
         push, h, mono, nxt, cb = heapq.heappush, self.h, time.monotonic, self.seq.__next__, nop
-        for d in fill_delays(n):
+        if callbacks is None:
+            for d in fill_delays(n):
+                push(h, (mono() + d, nxt(), cb))
+            return
+        for d, cb in zip(fill_delays(n), callbacks, strict=False):
             push(h, (mono() + d, nxt(), cb))
 
     def close(self):
@@ -471,10 +475,10 @@ class ThreadTimer(_RandomPool):
     max_n = 1000
     est_fill_ns = 200_000
 
-    def fill(self, n, keep=True):
+    def fill(self, n, keep=True, callbacks=None):
         T = threading.Timer
-        for d in fill_delays(n):
-            t = T(d, nop)
+        for d, cb in zip(fill_delays(n), callbacks or itertools.repeat(nop), strict=False):
+            t = T(d, cb)
             t.daemon = True
             t.start()
             if keep:

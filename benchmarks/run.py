@@ -91,9 +91,11 @@ def build_plan(
                     plan.append((f"fire {kind} {name} N={n:.0e}", thunk))
 
     if "gc" in only:
-        for cls in W.GC_PEERS:
-            if ok(cls.name):
-                plan.append((f"gc {cls.name} N={cfg.gc_n:.0e}", lambda c=cls: W.gc_unit(c, cfg)))
+        for shape in W.GC_SHAPES:
+            for cls in W.GC_PEERS:
+                if ok(cls.name):
+                    label = f"gc {cls.name} {shape} N={cfg.gc_n:.0e}"
+                    plan.append((label, lambda c=cls, s=shape: W.gc_unit(c, s, cfg)))
 
     if "memory" in only:
         classes = [c for c in W.MEM_PEERS if ok(c.name)]

@@ -20,6 +20,7 @@ import threading
 import time
 import tracemalloc
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import pywheel
 
@@ -316,6 +317,16 @@ def floor_fire_unit(n: int) -> list[dict]:
 
 
 GC_PEERS = [P.PyWheel, P.AsyncioLoop, P.UvLoop, P.Sched, P.HeapqTuples]
+#: the timers' callbacks: one function shared by all, or a bound method of a
+#: per-timer object (a connection) that exists whether or not it has a timer
+GC_SHAPES = ("shared", "bound")
+
+
+class Conn:
+    """A user's per-connection object, alive with or without a pending timer."""
+
+    def on_timeout(self) -> None:
+        pass
 
 
 def _collect_ms(times: int = 3) -> float:
@@ -328,26 +339,34 @@ def _collect_ms(times: int = 3) -> float:
     return best / 1e6
 
 
-def gc_unit(cls: type[P.Peer], cfg: Config) -> dict:
+def gc_unit(cls: type[P.Peer], shape: str, cfg: Config) -> dict:
+    """The time a full collection gains from N pending timers: collect()
+    with them minus the same program with nothing pending (the user's own
+    objects, which cost the same either way, are there both times)."""
     n = cfg.gc_n
-    peer = cls()
+    conns = [Conn() for _ in range(n)] if shape == "bound" else None
     gc.collect()
     baseline = _collect_ms()
+    peer = cls()
     peer.open()
+    # a bound method made per call, as in call_later(30, conn.on_timeout)
+    cbs = map(attrgetter("on_timeout"), conns) if conns else None
     g, t0 = GcCounter(), perf_ns()
     with g:
-        peer.fill(n, keep=False)
+        peer.fill(n, keep=False, callbacks=cbs)
     fill_ns = (perf_ns() - t0) / n
     full = _collect_ms()
     peer.close()
-    del peer
+    del peer, conns
     gc.collect()
     return {
         "workload": "gc",
         "impl": cls.name,
         "n": n,
+        "callback": shape,
         "collect_ms": full,
         "baseline_ms": baseline,
+        "added_ms": full - baseline,
         "fill_ns": fill_ns,
         "fill_gen0": g.counts[0],
         "fill_gen1": g.counts[1],

@@ -276,7 +276,8 @@ def fire_unit(name: str, n: int, spread: bool, cfg: Config, fill_ns: float | Non
     # from the moment every timer was due (the deadline, or the start of a
     # loop that only runs once filled) to the last callback: includes the
     # time to collect the batch, which first-to-last leaves out
-    e2e = (r["last"] - (t_ns if needs_margin else r["filled"])) / 1e9
+    due_ns = t_ns if needs_margin else r["filled"]
+    e2e = (r["last"] - due_ns) / 1e9
     rec.update(
         {
             **base,
@@ -286,6 +287,9 @@ def fire_unit(name: str, n: int, spread: bool, cfg: Config, fill_ns: float | Non
             "ns": span * 1e9 / n,  # wall ns per callback, first to last
             "cpu_ns": (r["cpu1"] - r["cpu0"]) / n,  # process CPU per callback
             "start_late_ms": (r["first"] - t_ns) / 1e6 if needs_margin else None,
+            # from the same moment to the first callback: how long the
+            # first of a mass expiry waits for the batch to be gathered
+            "first_late_ms": (r["first"] - due_ns) / 1e6,
             "end_late_ms": (r["last"] - end * 1e9) / 1e6 if needs_margin else None,
             **{k: r[k] for k in ("batches", "max_batch") if k in r},
             **g.as_dict(),

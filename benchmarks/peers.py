@@ -18,6 +18,7 @@ otherwise dominate the nanoseconds measured here).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import random
@@ -875,7 +876,7 @@ class IdleAsyncioCancelNew(IdlePeer):
 
 class IdleAsyncioTimeout(IdleAsyncioCancelNew):
     """``asyncio.Timeout.reschedule(loop.time() + 30)`` on entered Timeouts
-    (as inside ``async with asyncio.timeout(30):``)."""
+    (each as inside its own ``async with asyncio.timeout(...):``)."""
 
     name = "asyncio Timeout"
     est_ns = 10_000
@@ -885,36 +886,42 @@ class IdleAsyncioTimeout(IdleAsyncioCancelNew):
         self.loop = loop = asyncio.new_event_loop()
 
         async def enter_all():
-            ts = []
-            for _ in range(n):
-                t = asyncio.Timeout(loop.time() + IDLE_TIMEOUT)
+            ts = [asyncio.Timeout(None) for _ in range(n)]
+            for t in ts:
                 await t.__aenter__()
-                ts.append(t)
             return ts
 
+        # Entered in a task with no deadline, then given one outside any
+        # loop iteration: entering with one would let the iteration that ends
+        # run_until_complete() fire the first deadlines if the fill of N
+        # took longer than the timeout (it does at N=1e7).
         self.ts = loop.run_until_complete(enter_all())
+        with self._running():
+            for t in self.ts:
+                t.reschedule(loop.time() + IDLE_TIMEOUT)
 
-    def run(self, reads):
+    @contextlib.contextmanager
+    def _running(self):
         # reschedule() asks for the running loop; the loop is made that
         # without running an iteration, so none of its timers can fire
-        ts, now, d = self.ts, self.loop.time, IDLE_TIMEOUT
         asyncio._set_running_loop(self.loop)
         try:
+            yield
+        finally:
+            asyncio._set_running_loop(None)
+
+    def run(self, reads):
+        ts, now, d = self.ts, self.loop.time, IDLE_TIMEOUT
+        with self._running():
             t = perf_ns()
             for i in reads:
                 ts[i].reschedule(now() + d)
             return perf_ns() - t
-        finally:
-            asyncio._set_running_loop(None)
 
     def close(self):
-        # what leaving the blocks does to the timers
-        asyncio._set_running_loop(self.loop)
-        try:
+        with self._running():
             for t in self.ts:
-                t.reschedule(None)
-        finally:
-            asyncio._set_running_loop(None)
+                t.reschedule(None)  # what leaving the block does to its timer
         self.loop._scheduled.clear()
         self.loop.close()
         self.ts = None

@@ -86,7 +86,7 @@ MODES = {
         stress_trace_s=3.0,
         idle_ns=[10**3, 10**4, 10**5, 10**6, 10**7],
         idle_reads=100_000,
-        idle_budget_s=120.0,
+        idle_budget_s=150.0,
     ),
     "quick": Config(
         "quick",

@@ -18,6 +18,7 @@ otherwise dominate the nanoseconds measured here).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import random
@@ -78,9 +79,10 @@ class Peer:
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None: ...
 
-    def fill(self, n: int, keep: bool = True) -> None:
+    def fill(self, n: int, keep: bool = True, callbacks=None) -> None:
         """Schedules n timers with pool delays (the setup phase).  With keep
-        False the handles are dropped (the scheduler still holds them)."""
+        False the handles are dropped (the scheduler still holds them).
+        callbacks: an iterable of n callbacks (default: the no-op for all)."""
 
     def close(self) -> None: ...
 
@@ -200,8 +202,8 @@ class PyWheel(_RandomPool):
         super().open()
         self.w = pywheel.Wheel()
 
-    def fill(self, n, keep=True):
-        hs = map(self.w.call_later, fill_delays(n), itertools.repeat(nop))
+    def fill(self, n, keep=True, callbacks=None):
+        hs = map(self.w.call_later, fill_delays(n), callbacks or itertools.repeat(nop))
         self.hs.extend(hs) if keep else deque(hs, maxlen=0)
 
     def close(self):
@@ -238,8 +240,8 @@ class UvLoop(_RandomPool):
         super().open()
         self.loop = self.new_loop()
 
-    def fill(self, n, keep=True):
-        hs = map(self.loop.call_later, fill_delays(n), itertools.repeat(nop))
+    def fill(self, n, keep=True, callbacks=None):
+        hs = map(self.loop.call_later, fill_delays(n), callbacks or itertools.repeat(nop))
         self.hs.extend(hs) if keep else deque(hs, maxlen=0)
 
     def close(self):
@@ -310,8 +312,9 @@ class AsyncioLoop(_HeapTail):
     def heap(self):
         return self.loop._scheduled
 
-    def fill(self, n, keep=True):
-        deque(map(self.loop.call_later, fill_delays(n), itertools.repeat(nop)), maxlen=0)
+    def fill(self, n, keep=True, callbacks=None):
+        cbs = callbacks or itertools.repeat(nop)
+        deque(map(self.loop.call_later, fill_delays(n), cbs), maxlen=0)
 
     def close(self):
         for h in self.loop._scheduled:
@@ -367,11 +370,9 @@ class Sched(_HeapTail):
     def heap(self):
         return self.s._queue
 
-    def fill(self, n, keep=True):
-        deque(
-            map(self.s.enter, fill_delays(n), itertools.repeat(0), itertools.repeat(nop)),
-            maxlen=0,
-        )
+    def fill(self, n, keep=True, callbacks=None):
+        cbs = callbacks or itertools.repeat(nop)
+        deque(map(self.s.enter, fill_delays(n), itertools.repeat(0), cbs), maxlen=0)
 
     def close(self):
         self.s._queue.clear()
@@ -420,9 +421,13 @@ class HeapqTuples(_HeapTail):
     def heap(self):
         return self.h
 
-    def fill(self, n, keep=True):
+    def fill(self, n, keep=True, callbacks=None):
         push, h, mono, nxt, cb = heapq.heappush, self.h, time.monotonic, self.seq.__next__, nop
-        for d in fill_delays(n):
+        if callbacks is None:
+            for d in fill_delays(n):
+                push(h, (mono() + d, nxt(), cb))
+            return
+        for d, cb in zip(fill_delays(n), callbacks, strict=False):
             push(h, (mono() + d, nxt(), cb))
 
     def close(self):
@@ -471,10 +476,10 @@ class ThreadTimer(_RandomPool):
     max_n = 1000
     est_fill_ns = 200_000
 
-    def fill(self, n, keep=True):
+    def fill(self, n, keep=True, callbacks=None):
         T = threading.Timer
-        for d in fill_delays(n):
-            t = T(d, nop)
+        for d, cb in zip(fill_delays(n), callbacks or itertools.repeat(nop), strict=False):
+            t = T(d, cb)
             t.daemon = True
             t.start()
             if keep:
@@ -656,3 +661,315 @@ FIRE_PEERS = {
 }
 # peers whose timers run by themselves while the benchmark is still filling
 THREADED = {"pywheel", "threading.Timer"}
+
+
+# ---------------------------------------------------------------------------
+# idle timeouts: N connections, each with a 30 s timeout that every read of
+# that connection pushes back.  The timers stay 30 s away, so none fires.
+#
+# The event loops are never run during the reads (Timeout.reschedule only
+# needs one to be *the* running loop), so their timers cannot fire however
+# long the fill of N takes; between chunks of reads the bookkeeping a running
+# loop would do is done untimed: asyncio's purge of cancelled handles (its own
+# rule, below), one uvloop iteration to free cancelled timers.
+
+IDLE_TIMEOUT = 30.0
+_idle_fired = [0]
+
+
+def idle_expired(*_args) -> None:
+    """Every idle peer's timer callback: counts the timers that fired."""
+    _idle_fired[0] += 1
+
+
+def idle_fired() -> int:
+    return _idle_fired[0]
+
+
+def time_cancel_new(hs: list, call_later, reads) -> int:
+    """ns to cancel connection i's timer and schedule a new one, per read i:
+    the loop every cancel+new peer (pywheel, asyncio, uvloop) is timed with."""
+    cb, d = idle_expired, IDLE_TIMEOUT
+    t = perf_ns()
+    for i in reads:
+        hs[i].cancel()
+        hs[i] = call_later(d, cb)
+    return perf_ns() - t
+
+
+class IdlePeer:
+    name = "?"
+    #: what --impl and the availability checks know it by
+    family = "?"
+    floor = False
+    #: run the reads in chunks with tidy() between them (untimed)
+    tidies = False
+    #: its timers fire by themselves (a thread, a loop iteration in tidy()):
+    #: the fill and the reads must end well within IDLE_TIMEOUT
+    can_fire = False
+    #: rough setup+teardown ns and bytes per connection, before measured ones
+    est_ns = 5000
+    est_bytes = 500
+
+    def open(self, n: int) -> None:
+        """The setup: n connections, each with a timer IDLE_TIMEOUT away."""
+
+    def run(self, reads: list) -> int:
+        """The timed loop: one read per index in reads; elapsed ns."""
+        raise NotImplementedError
+
+    def tidy(self) -> None:
+        """Untimed, between chunks: what a running loop would do meanwhile."""
+
+    def close(self) -> None:
+        """The teardown: cancel every connection's timer, free everything."""
+
+
+class IdleFloor(IdlePeer):
+    """A pre-bound C method with the same arguments in the same loop."""
+
+    name = "floor: C call"
+    family = "floor"
+    floor = True
+    est_ns = 10
+    est_bytes = 8
+
+    def open(self, n):
+        self.xs = [0] * n
+
+    def run(self, reads):
+        setitem, d = self.xs.__setitem__, IDLE_TIMEOUT
+        t = perf_ns()
+        for i in reads:
+            setitem(i, d)
+        return perf_ns() - t
+
+    def close(self):
+        self.xs = None
+
+
+class IdleWheelReschedule(IdlePeer):
+    """``handle.reschedule_later(30)`` on a threaded ``pywheel.Wheel``."""
+
+    name = "pywheel reschedule"
+    family = "pywheel"
+    can_fire = True
+    est_ns = 1000
+    est_bytes = 120
+
+    def open(self, n):
+        import pywheel
+
+        self.w = pywheel.Wheel()
+        self.hs = list(
+            map(
+                self.w.call_later, itertools.repeat(IDLE_TIMEOUT, n), itertools.repeat(idle_expired)
+            )
+        )
+
+    def run(self, reads):
+        hs, d = self.hs, IDLE_TIMEOUT
+        t = perf_ns()
+        for i in reads:
+            hs[i].reschedule_later(d)
+        return perf_ns() - t
+
+    def close(self):
+        self.w.close()
+        self.hs = None
+
+
+class IdleWheelCancelNew(IdleWheelReschedule):
+    """``handle.cancel()`` then ``wheel.call_later(30, cb)`` on a ``pywheel.Wheel``."""
+
+    name = "pywheel cancel+new"
+
+    def run(self, reads):
+        return time_cancel_new(self.hs, self.w.call_later, reads)
+
+
+class IdleLoopReschedule(IdlePeer):
+    """``h.reschedule(loop.time() + 30)`` on handles from a ``WheelEventLoop``."""
+
+    name = "WheelEventLoop reschedule"
+    family = "pywheel"
+    est_ns = 2000
+    est_bytes = 120
+
+    def open(self, n):
+        from pywheel.asyncio import WheelEventLoop
+
+        self.loop = WheelEventLoop()
+        self.hs = list(
+            map(
+                self.loop.call_later,
+                itertools.repeat(IDLE_TIMEOUT, n),
+                itertools.repeat(idle_expired),
+            )
+        )
+
+    def run(self, reads):
+        hs, now, d = self.hs, self.loop.time, IDLE_TIMEOUT
+        t = perf_ns()
+        for i in reads:
+            hs[i].reschedule(now() + d)
+        return perf_ns() - t
+
+    def close(self):
+        self.loop.close()
+        self.hs = None
+
+
+def _purge_like_run_once(loop) -> None:
+    """What ``BaseEventLoop._run_once`` does with its heap when more than
+    half of it is cancelled handles (and it holds over 100)."""
+    from asyncio import base_events as be
+
+    heap = loop._scheduled
+    if (
+        len(heap) > be._MIN_SCHEDULED_TIMER_HANDLES
+        and loop._timer_cancelled_count / len(heap) > be._MIN_CANCELLED_TIMER_HANDLES_FRACTION
+    ):
+        live = []
+        for h in heap:
+            if h._cancelled:
+                h._scheduled = False
+            else:
+                live.append(h)
+        heapq.heapify(live)
+        loop._scheduled = live
+        loop._timer_cancelled_count = 0
+
+
+class IdleAsyncioCancelNew(IdlePeer):
+    """``TimerHandle.cancel()`` then ``loop.call_later(30, cb)`` on asyncio."""
+
+    name = "asyncio cancel+new"
+    family = "asyncio"
+    tidies = True
+    est_ns = 5000
+    est_bytes = 240
+
+    def open(self, n):
+        self.loop = asyncio.new_event_loop()
+        self.hs = list(
+            map(
+                self.loop.call_later,
+                itertools.repeat(IDLE_TIMEOUT, n),
+                itertools.repeat(idle_expired),
+            )
+        )
+
+    def run(self, reads):
+        return time_cancel_new(self.hs, self.loop.call_later, reads)
+
+    def tidy(self):
+        _purge_like_run_once(self.loop)
+
+    def close(self):
+        for h in self.hs:
+            h.cancel()
+        self.loop._scheduled.clear()
+        self.loop.close()
+        self.hs = None
+
+
+class IdleAsyncioTimeout(IdleAsyncioCancelNew):
+    """``asyncio.Timeout.reschedule(loop.time() + 30)`` on entered Timeouts
+    (each as inside its own ``async with asyncio.timeout(...):``)."""
+
+    name = "asyncio Timeout"
+    est_ns = 10_000
+    est_bytes = 420
+
+    def open(self, n):
+        self.loop = loop = asyncio.new_event_loop()
+
+        async def enter_all():
+            ts = [asyncio.Timeout(None) for _ in range(n)]
+            for t in ts:
+                await t.__aenter__()
+            return ts
+
+        # Entered in a task with no deadline, then given one outside any
+        # loop iteration: entering with one would let the iteration that ends
+        # run_until_complete() fire the first deadlines if the fill of N
+        # took longer than the timeout (it does at N=1e7).
+        self.ts = loop.run_until_complete(enter_all())
+        with self._running():
+            for t in self.ts:
+                t.reschedule(loop.time() + IDLE_TIMEOUT)
+
+    @contextlib.contextmanager
+    def _running(self):
+        # reschedule() asks for the running loop; the loop is made that
+        # without running an iteration, so none of its timers can fire
+        asyncio._set_running_loop(self.loop)
+        try:
+            yield
+        finally:
+            asyncio._set_running_loop(None)
+
+    def run(self, reads):
+        ts, now, d = self.ts, self.loop.time, IDLE_TIMEOUT
+        with self._running():
+            t = perf_ns()
+            for i in reads:
+                ts[i].reschedule(now() + d)
+            return perf_ns() - t
+
+    def close(self):
+        with self._running():
+            for t in self.ts:
+                t.reschedule(None)  # what leaving the block does to its timer
+        self.loop._scheduled.clear()
+        self.loop.close()
+        self.ts = None
+
+
+class IdleUvloopCancelNew(IdlePeer):
+    """``TimerHandle.cancel()`` then ``loop.call_later(30, cb)`` on uvloop."""
+
+    name = "uvloop cancel+new"
+    family = "uvloop"
+    tidies = True
+    can_fire = True  # tidy() runs a loop iteration
+    est_ns = 8000
+    est_bytes = 550
+
+    def open(self, n):
+        import uvloop
+
+        self.loop = uvloop.new_event_loop()
+        self.hs = list(
+            map(
+                self.loop.call_later,
+                itertools.repeat(IDLE_TIMEOUT, n),
+                itertools.repeat(idle_expired),
+            )
+        )
+
+    def run(self, reads):
+        return time_cancel_new(self.hs, self.loop.call_later, reads)
+
+    def tidy(self):
+        # uvloop frees a cancelled timer's libuv handle in the next iteration
+        self.loop.run_until_complete(asyncio.sleep(0))
+
+    def close(self):
+        for h in self.hs:
+            h.cancel()
+        self.tidy()
+        self.loop.close()
+        self.hs = None
+
+
+IDLE_PEERS = [
+    IdleFloor,
+    IdleWheelReschedule,
+    IdleLoopReschedule,
+    IdleWheelCancelNew,
+    IdleAsyncioCancelNew,
+    IdleAsyncioTimeout,
+    IdleUvloopCancelNew,
+]

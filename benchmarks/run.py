@@ -15,9 +15,9 @@ from pathlib import Path
 from . import peers as P
 from . import report
 from . import workloads as W
-from .util import Progress, machine
+from .util import Progress, machine, mem_available
 
-WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "stress"]
+WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "wakeups", "stress"]
 
 
 def _parse_ns(text: str) -> list[int]:
@@ -91,9 +91,11 @@ def build_plan(
                     plan.append((f"fire {kind} {name} N={n:.0e}", thunk))
 
     if "gc" in only:
-        for cls in W.GC_PEERS:
-            if ok(cls.name):
-                plan.append((f"gc {cls.name} N={cfg.gc_n:.0e}", lambda c=cls: W.gc_unit(c, cfg)))
+        for shape in W.GC_SHAPES:
+            for cls in W.GC_PEERS:
+                if ok(cls.name):
+                    label = f"gc {cls.name} {shape} N={cfg.gc_n:.0e}"
+                    plan.append((label, lambda c=cls, s=shape: W.gc_unit(c, s, cfg)))
 
     if "memory" in only:
         classes = [c for c in W.MEM_PEERS if ok(c.name)]
@@ -108,9 +110,48 @@ def build_plan(
                     plan.append((label, lambda nm=name, b=busy: W.late_unit(nm, b, cfg)))
 
     if "idle" in only:
-        for name in W.IDLE_PEERS:
+
+        def idle_thunk(cls, n):
+            prev = [
+                r
+                for r in records
+                if r.get("workload") == "idle" and r["impl"] == cls.name and r["n"] < n
+            ]
+            if prev:  # this run's cost at the largest N below, a little worse
+                r = max(prev, key=lambda r: r["n"])
+                fill_ns, close_ns, read_ns = 1.5 * r["setup_ns"], 1.5 * r["teardown_ns"], r["ns"]
+            else:
+                fill_ns, close_ns, read_ns = cls.est_ns, 0, cls.est_ns
+            open_s = (fill_ns * n + read_ns * cfg.idle_reads * (cfg.rounds + 1)) / 1e9
+            est = open_s + close_ns * n / 1e9
+            why = None
+            if est > cfg.idle_budget_s:
+                why = f"estimated {est:.0f} s > budget {cfg.idle_budget_s:.0f} s"
+            elif cls.est_bytes * n > mem_available() / 2:
+                why = f"about {cls.est_bytes * n / 2**30:.1f} GiB > half the available memory"
+            elif cls.can_fire and open_s > P.IDLE_TIMEOUT / 2:
+                why = (
+                    f"fill and reads estimated at {open_s:.0f} s: its timers could fire "
+                    f"before the reads end"
+                )
+            if why:
+                notes.append(f"idle: {cls.name} at N={n:.0e} skipped ({why}).")
+                return []
+            rec = W.idle_unit(cls, n, cfg)
+            if rec["fired"]:
+                notes.append(f"idle: {rec['fired']} of {cls.name}'s timers fired at N={n:.0e}.")
+            return rec
+
+        for n in cfg.idle_ns:
+            for cls in P.IDLE_PEERS:
+                if ok(cls.family):
+                    label = f"idle {cls.name} N={n:.0e}"
+                    plan.append((label, lambda c=cls, n=n: idle_thunk(c, n)))
+
+    if "wakeups" in only:
+        for name in W.WAKEUP_PEERS:
             if ok(name):
-                plan.append((f"idle {name}", lambda nm=name: W.idle_unit(nm, cfg)))
+                plan.append((f"wakeups {name}", lambda nm=name: W.wakeup_unit(nm, cfg)))
 
     if "stress" in only:
         for name in W.STRESS_PEERS:
@@ -133,13 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="directory for results.json, results.md, plot.png")
     ap.add_argument("--only", help=f"comma list of workloads: {','.join(WORKLOADS)}")
     ap.add_argument("--impl", help="comma list of implementations (floors always run)")
-    ap.add_argument("--ns", help="override N for ops and fire, e.g. 1e3,1e5")
+    ap.add_argument("--ns", help="override N for ops, fire and idle, e.g. 1e3,1e5")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
     cfg = W.MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
     if args.ns:
-        cfg.ns = cfg.fire_ns = _parse_ns(args.ns)
+        cfg.ns = cfg.fire_ns = cfg.idle_ns = _parse_ns(args.ns)
     only = args.only.split(",") if args.only else WORKLOADS
     bad = [w for w in only if w not in WORKLOADS]
     if bad:

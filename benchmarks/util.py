@@ -33,6 +33,15 @@ def rss() -> int:
         return int(f.read().split()[1]) * PAGE
 
 
+def mem_available() -> int:
+    """Bytes of memory available for starting new work, from /proc/meminfo."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PHYS_PAGES") * PAGE  # pragma: no cover
+
+
 def ctx_switches(tid: int) -> int:
     """Voluntary + involuntary context switches of one thread of this process."""
     n = 0

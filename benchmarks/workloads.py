@@ -20,6 +20,7 @@ import threading
 import time
 import tracemalloc
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import pywheel
 
@@ -51,11 +52,14 @@ class Config:
     mem_n: int
     late_m: int
     late_span: float
-    idle_s: float
+    wakeup_s: float
     stress_s: float
     stress_producers: int
     stress_batch: int
     stress_trace_s: float
+    idle_ns: list[int]
+    idle_reads: int  # reads per round
+    idle_budget_s: float  # per (peer, N): estimated fill + reads + teardown
     fire_budget_s: float = 600.0
     spread_s: float = 1.0  # fire_spread: deadlines spread over this many seconds
     thread_mem_n: int = 1000  # threading.Timer's N in the memory workload
@@ -75,11 +79,14 @@ MODES = {
         mem_n=10**6,
         late_m=2000,
         late_span=3.0,
-        idle_s=5.0,
+        wakeup_s=5.0,
         stress_s=10.0,
         stress_producers=10,
         stress_batch=200,
         stress_trace_s=3.0,
+        idle_ns=[10**3, 10**4, 10**5, 10**6, 10**7],
+        idle_reads=100_000,
+        idle_budget_s=150.0,
     ),
     "quick": Config(
         "quick",
@@ -93,11 +100,14 @@ MODES = {
         mem_n=5 * 10**4,
         late_m=200,
         late_span=0.4,
-        idle_s=0.3,
+        wakeup_s=0.3,
         stress_s=0.8,
         stress_producers=10,
         stress_batch=200,
         stress_trace_s=0.4,
+        idle_ns=[10**3, 10**4, 10**5],
+        idle_reads=20_000,
+        idle_budget_s=20.0,
         spread_s=0.25,
         thread_mem_n=200,
     ),
@@ -113,11 +123,14 @@ MODES = {
         mem_n=10**4,
         late_m=20,
         late_span=0.1,
-        idle_s=0.15,
+        wakeup_s=0.15,
         stress_s=0.2,
         stress_producers=2,
         stress_batch=20,
         stress_trace_s=0.1,
+        idle_ns=[300],
+        idle_reads=300,
+        idle_budget_s=10.0,
         fire_budget_s=30.0,
         spread_s=0.1,
         thread_mem_n=50,
@@ -263,7 +276,8 @@ def fire_unit(name: str, n: int, spread: bool, cfg: Config, fill_ns: float | Non
     # from the moment every timer was due (the deadline, or the start of a
     # loop that only runs once filled) to the last callback: includes the
     # time to collect the batch, which first-to-last leaves out
-    e2e = (r["last"] - (t_ns if needs_margin else r["filled"])) / 1e9
+    due_ns = t_ns if needs_margin else r["filled"]
+    e2e = (r["last"] - due_ns) / 1e9
     rec.update(
         {
             **base,
@@ -273,6 +287,9 @@ def fire_unit(name: str, n: int, spread: bool, cfg: Config, fill_ns: float | Non
             "ns": span * 1e9 / n,  # wall ns per callback, first to last
             "cpu_ns": (r["cpu1"] - r["cpu0"]) / n,  # process CPU per callback
             "start_late_ms": (r["first"] - t_ns) / 1e6 if needs_margin else None,
+            # from the same moment to the first callback: how long the
+            # first of a mass expiry waits for the batch to be gathered
+            "first_late_ms": (r["first"] - due_ns) / 1e6,
             "end_late_ms": (r["last"] - end * 1e9) / 1e6 if needs_margin else None,
             **{k: r[k] for k in ("batches", "max_batch") if k in r},
             **g.as_dict(),
@@ -304,6 +321,16 @@ def floor_fire_unit(n: int) -> list[dict]:
 
 
 GC_PEERS = [P.PyWheel, P.AsyncioLoop, P.UvLoop, P.Sched, P.HeapqTuples]
+#: the timers' callbacks: one function shared by all, or a bound method of a
+#: per-timer object (a connection) that exists whether or not it has a timer
+GC_SHAPES = ("shared", "bound")
+
+
+class Conn:
+    """A user's per-connection object, alive with or without a pending timer."""
+
+    def on_timeout(self) -> None:
+        pass
 
 
 def _collect_ms(times: int = 3) -> float:
@@ -316,26 +343,34 @@ def _collect_ms(times: int = 3) -> float:
     return best / 1e6
 
 
-def gc_unit(cls: type[P.Peer], cfg: Config) -> dict:
+def gc_unit(cls: type[P.Peer], shape: str, cfg: Config) -> dict:
+    """The time a full collection gains from N pending timers: collect()
+    with them minus the same program with nothing pending (the user's own
+    objects, which cost the same either way, are there both times)."""
     n = cfg.gc_n
-    peer = cls()
+    conns = [Conn() for _ in range(n)] if shape == "bound" else None
     gc.collect()
     baseline = _collect_ms()
+    peer = cls()
     peer.open()
+    # a bound method made per call, as in call_later(30, conn.on_timeout)
+    cbs = map(attrgetter("on_timeout"), conns) if conns else None
     g, t0 = GcCounter(), perf_ns()
     with g:
-        peer.fill(n, keep=False)
+        peer.fill(n, keep=False, callbacks=cbs)
     fill_ns = (perf_ns() - t0) / n
     full = _collect_ms()
     peer.close()
-    del peer
+    del peer, conns
     gc.collect()
     return {
         "workload": "gc",
         "impl": cls.name,
         "n": n,
+        "callback": shape,
         "collect_ms": full,
         "baseline_ms": baseline,
+        "added_ms": full - baseline,
         "fill_ns": fill_ns,
         "fill_gen0": g.counts[0],
         "fill_gen1": g.counts[1],
@@ -547,10 +582,73 @@ def late_unit(name: str, busy: bool, cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------------------
-# idle wake-ups
+# idle timeouts: N connections, a read pushes one connection's 30 s timeout
+# back (the workload timing wheels exist for)
 
 
-def _idle_window(secs: float, tid: int, wakeups=None) -> dict:
+def idle_reads(n: int, k: int) -> list[int]:
+    """The connections read, in order: the same for every peer at one N."""
+    rng = random.Random(n)
+    return [rng.randrange(n) for _ in range(k)]
+
+
+def _idle_round(peer: P.IdlePeer, chunks: list[list[int]], g: GcCounter) -> int:
+    dt = 0
+    for c in chunks:
+        with g:
+            dt += peer.run(c)
+        peer.tidy()
+    return dt
+
+
+def idle_unit(cls: type[P.IdlePeer], n: int, cfg: Config) -> dict:
+    peer = cls()
+    reads = idle_reads(n, cfg.idle_reads)
+    # a running loop checks its heap every iteration: a tenth of N reads
+    # between two checks keeps the heap as small as a real loop's, give or take
+    size = max(100, n // 10) if cls.tidies else len(reads)
+    chunks = [reads[i : i + size] for i in range(0, len(reads), size)]
+    fired0 = P.idle_fired()
+    gc.collect()
+    g, t0 = GcCounter(), perf_ns()
+    with g:
+        peer.open(n)
+    setup_ns = perf_ns() - t0
+    fill = g.as_dict()
+    _idle_round(peer, chunks, GcCounter())  # warm-up
+    g = GcCounter()
+    samples = [_idle_round(peer, chunks, g) / len(reads) for _ in range(cfg.rounds)]
+    elapsed_s = (perf_ns() - t0) / 1e9
+    t1 = perf_ns()
+    peer.close()
+    teardown_ns = perf_ns() - t1
+    del peer
+    gc.collect()
+    s = sorted(samples)
+    return {
+        "workload": "idle",
+        "impl": cls.name,
+        "n": n,
+        "ns": s[len(s) // 2],
+        "ns_min": s[0],
+        "reads": len(reads),
+        "chunk": size,
+        "rounds": cfg.rounds,
+        "samples": [round(x, 2) for x in samples],
+        "setup_ns": setup_ns / n,
+        "teardown_ns": teardown_ns / n,
+        "fill_gen2": fill["gen2"],
+        "open_s": round(elapsed_s, 2),  # from the fill's start to the last read
+        "fired": P.idle_fired() - fired0,
+        **g.as_dict(),
+    }
+
+
+# ---------------------------------------------------------------------------
+# wake-ups while nothing is due
+
+
+def _wakeup_window(secs: float, tid: int, wakeups=None) -> dict:
     time.sleep(0.1)  # settle
     c0, w0 = ctx_switches(tid), wakeups() if wakeups else None
     t0 = time.monotonic()
@@ -562,12 +660,12 @@ def _idle_window(secs: float, tid: int, wakeups=None) -> dict:
     return out
 
 
-def idle_unit(name: str, cfg: Config) -> list[dict]:
-    secs = cfg.idle_s
+def wakeup_unit(name: str, cfg: Config) -> list[dict]:
+    secs = cfg.wakeup_s
     recs = []
 
     def rec(case, **kw):
-        recs.append({"workload": "idle", "impl": name, "case": case, **kw})
+        recs.append({"workload": "wakeups", "impl": name, "case": case, **kw})
 
     if name == "pywheel":
         import pywheel
@@ -581,9 +679,9 @@ def idle_unit(name: str, cfg: Config) -> list[dict]:
         def wake():
             return w.stats()["wakeups"]
 
-        rec("0 timers", **_idle_window(secs, tid, wake))
+        rec("0 timers", **_wakeup_window(secs, tid, wake))
         w.call_later(3600, nop)
-        rec("1 timer in 1 h", **_idle_window(secs, tid, wake))
+        rec("1 timer in 1 h", **_wakeup_window(secs, tid, wake))
         w.close()
     elif name in ("asyncio", "uvloop"):
         loop = asyncio.new_event_loop() if name == "asyncio" else _new_uvloop()
@@ -594,9 +692,9 @@ def idle_unit(name: str, cfg: Config) -> list[dict]:
         )
         th.start()
         time.sleep(0.05)
-        rec("0 timers", **_idle_window(secs, box[0]))
+        rec("0 timers", **_wakeup_window(secs, box[0]))
         loop.call_soon_threadsafe(loop.call_later, 3600, nop)
-        rec("1 timer in 1 h", **_idle_window(secs, box[0]))
+        rec("1 timer in 1 h", **_wakeup_window(secs, box[0]))
         loop.call_soon_threadsafe(loop.stop)
         th.join(5)
         loop.close()
@@ -605,13 +703,13 @@ def idle_unit(name: str, cfg: Config) -> list[dict]:
         t = threading.Timer(3600, nop)
         t.start()
         time.sleep(0.05)
-        rec("1 timer in 1 h", **_idle_window(secs, t.native_id))
+        rec("1 timer in 1 h", **_wakeup_window(secs, t.native_id))
         t.cancel()
         t.join(5)
     return recs
 
 
-IDLE_PEERS = ["pywheel", "asyncio", "uvloop", "threading.Timer"]
+WAKEUP_PEERS = ["pywheel", "asyncio", "uvloop", "threading.Timer"]
 
 
 # ---------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def test_smoke_every_workload_without_optional_extras(tmp_path):
         "late_idle",
         "late_busy",
         "idle",
+        "wakeups",
         "stress",
     }
     assert not [n for n in doc["notes"] if "failed" in n], doc["notes"]
@@ -69,6 +70,16 @@ def test_smoke_every_workload_without_optional_extras(tmp_path):
         "heapq tuples",
         "threading.Timer",
     }
+    idle = {r["impl"] for r in doc["results"] if r["workload"] == "idle"}
+    assert idle >= {
+        "floor: C call",
+        "pywheel reschedule",
+        "WheelEventLoop reschedule",
+        "pywheel cancel+new",
+        "asyncio cancel+new",
+        "asyncio Timeout",
+    }
+    assert "## Idle timeouts" in text
     assert all(t["measured"] for t in doc["targets"])
 
 
@@ -77,6 +88,8 @@ def test_smoke_every_workload_without_optional_extras(tmp_path):
     reason="uvloop and matplotlib (the bench extra) not installed",
 )
 def test_smoke_uvloop_rows_and_plot(tmp_path):
-    text, doc = run(RUN, ["--smoke", "--only", "ops,stress", "--impl", "pywheel,uvloop"], tmp_path)
+    args = ["--smoke", "--only", "ops,idle,stress", "--impl", "pywheel,uvloop"]
+    text, doc = run(RUN, args, tmp_path)
     assert {r["impl"] for r in doc["results"] if r["workload"] == "pair"} >= {"uvloop", "pywheel"}
+    assert "uvloop cancel+new" in {r["impl"] for r in doc["results"] if r["workload"] == "idle"}
     assert (tmp_path / "out" / "plot.png").stat().st_size > 10_000

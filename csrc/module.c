@@ -68,16 +68,27 @@ enum { H_PENDING, H_DONE, H_CANCELLED };
 typedef struct core core;
 
 typedef struct {
-  PyObject_HEAD pw_timer node;
+  PyObject_HEAD
+      /* state and overdue sit in the timer's owner bytes, which would be its
+       * padding otherwise: a handle takes 104 bytes, not 112 */
+      union {
+    pw_timer node;
+    struct {
+      char node_head_[offsetof(pw_timer, owner)];
+      uint8_t state; /* H_PENDING, H_DONE or H_CANCELLED */
+      bool overdue;  /* scheduled for a time already past: no lateness recorded */
+    };
+  };
   PyObject *callback; /* NULL once it can never run again */
   PyObject *args;     /* tuple, or NULL for no arguments */
   PyObject *context;  /* NULL: run in a fresh empty context */
   int64_t when_ns;    /* exact deadline of the next (or last) run */
   int64_t interval_ns;
   core *core; /* valid while pending */
-  int state;
-  bool overdue; /* scheduled for a time already past: no lateness recorded */
 } HandleObject;
+
+_Static_assert(sizeof(void *) != 8 || sizeof(HandleObject) == 104,
+               "a handle's size is part of the memory figures in the README");
 
 typedef struct WheelObject {
   PyObject_HEAD core *core;

@@ -51,6 +51,8 @@ typedef struct pw_timer {
   uint64_t seq;       /* scheduling order, assigned by the wheel: breaks ties */
   uint32_t sub;       /* the owner's order within one tick, before seq (0 if unused);
                          set it before pw_wheel_add or pw_wheel_move */
+  uint8_t owner[4];   /* never read or written by the wheel: room for the owner's
+                         flags in what would be padding */
 } pw_timer;
 
 typedef struct pw_wheel {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .workloads import INTERVAL as STRESS_INTERVAL
+
 PW = "pywheel"
 FLOOR_C = "floor: C call"
 FLOOR_PY = "floor: Py call from C"
@@ -267,11 +269,22 @@ def targets(records: list[dict], cfg) -> list[dict]:
     st = _recs(records, "stress", PW)
     if st:
         r = st[0]
+        # A run that skipped no repeating run delivered everything offered:
+        # it measured the producers (jobs / interval), not the scheduler's
+        # capacity, which only a saturated run (the full mode's) shows.
+        offered = r["jobs"] / STRESS_INTERVAL
+        bound = r.get("skipped_runs", 1) == 0 and r["second_half"] < 4e6
         add(
             "stress: ≥ 4 M repeating-job invocations/s sustained",
             f"{r['second_half'] / 1e6:.2f} M/s over the second half "
-            f"({r['invocations_per_s'] / 1e6:.2f} M/s over the whole run)",
-            r["second_half"] >= 4e6,
+            f"({r['invocations_per_s'] / 1e6:.2f} M/s over the whole run)"
+            + (
+                f"; demand-bound: no run skipped, {offered / 1e6:.2f} M/s offered at the end "
+                "(capacity shows only in a saturated run: the full mode)"
+                if bound
+                else ""
+            ),
+            None if bound else r["second_half"] >= 4e6,
         )
         add(
             "stress: bytes per invocation ≈ 0, gen-2 collections ≈ 0",

@@ -23,6 +23,28 @@ def test_moves_a_pending_timer_later_and_earlier(manual):
     assert s["rescheduled"] == 2 and s["scheduled"] == 1 == s["fired"]
 
 
+def test_pushed_back_timers_are_seen_at_their_new_deadlines(manual):
+    # A deadline moved later stays filed where it was until the wheel gets
+    # there (wheel.h): what the wheel reports and runs must be the new one,
+    # across levels too (1 ms ticks: 0.05 s and 100 s are levels apart).
+    ran = []
+    hs = [manual.call_later(0.05 + i * 0.001, ran.append, i) for i in range(4)]
+    for k in range(20):  # pushed back again and again, as reads do
+        hs[0].reschedule_later(0.1 + k)
+    hs[1].reschedule_later(100)
+    hs[2].reschedule_later(0.06)
+    assert manual.next_deadline() == pytest.approx(0.053)
+    assert manual.next_when() == pytest.approx(0.053)
+    hs[3].reschedule_later(0.07)
+    assert manual.next_when() == pytest.approx(0.06)
+    assert manual.advance(0.065) == 1 and ran == [2]
+    assert manual.advance_to(19.0) == 1 and ran == [2, 3]
+    assert manual.next_when() == pytest.approx(19.1)
+    assert manual.advance_to(19.0999) == 0
+    assert manual.advance_to(100.0) == 2 and ran == [2, 3, 0, 1]
+    assert manual.next_deadline() is None
+
+
 def test_false_once_it_ran_was_cancelled_or_the_wheel_closed(manual):
     a, b, c = (manual.call_later(1, print) for _ in range(3))
     manual.advance(1)

@@ -19,7 +19,8 @@ test-c:
 	mkdir -p build
 	$(CC) $(CFLAGS_C) -o build/test_wheel csrc/test_wheel.c csrc/wheel.c
 	$(CC) $(CFLAGS_C) -o build/test_driver csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
-	./build/test_wheel 1 && ./build/test_wheel 2 && ./build/test_driver
+	$(CC) $(CFLAGS_C) -o build/test_slab csrc/test_slab.c csrc/slab.c
+	./build/test_wheel 1 && ./build/test_wheel 2 && ./build/test_driver && ./build/test_slab
 
 # The driver's C test under ThreadSanitizer.
 tsan:
@@ -34,6 +35,8 @@ sanitize:
 	mkdir -p build
 	$(CC) $(CFLAGS_C) $(SAN) -o build/test_wheel_san csrc/test_wheel.c csrc/wheel.c
 	./build/test_wheel_san 1
+	$(CC) $(CFLAGS_C) $(SAN) -o build/test_slab_san csrc/test_slab.c csrc/slab.c
+	./build/test_slab_san 1
 	PYWHEEL_SANITIZE=address,undefined $(PYTHON) setup.py -q build_ext --inplace --force
 	LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider; status=$$?; \
@@ -45,6 +48,8 @@ valgrind:
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_wheel 1 20000
 	$(CC) $(CFLAGS_C) -o build/test_driver csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_driver 2 2000
+	$(CC) $(CFLAGS_C) -o build/test_slab csrc/test_slab.c csrc/slab.c
+	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_slab 1 100000
 
 # Every C file, module.c with Python's headers, under -Wall -Wextra -Werror,
 # with gcc and with clang (apt-get install clang); a missing compiler is said.

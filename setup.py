@@ -26,8 +26,8 @@ setup(
     ext_modules=[
         Extension(
             "pywheel._core",
-            sources=["csrc/wheel.c", "csrc/driver.c", "csrc/module.c"],
-            depends=["csrc/wheel.h", "csrc/driver.h"],
+            sources=["csrc/wheel.c", "csrc/driver.c", "csrc/slab.c", "csrc/module.c"],
+            depends=["csrc/wheel.h", "csrc/driver.h", "csrc/slab.h"],
             include_dirs=["csrc"],
             extra_compile_args=cflags,
             extra_link_args=ldflags,

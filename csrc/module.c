@@ -46,6 +46,7 @@
 #include <structmember.h>
 
 #include "driver.h"
+#include "slab.h"
 
 #if PY_VERSION_HEX >= 0x030D0000
 #define pw_is_finalizing() Py_IsFinalizing()
@@ -120,6 +121,11 @@ struct core {
    * collected or timers are put back (see exact_min). */
   pw_tick_t part_tick;
   int64_t part_min;
+  /* Where its handles are allocated (see slab.h), so that the collector's
+   * walk over them reads memory in order.  Released by the Wheel object's
+   * dealloc, under the GIL like every call on it; handles outliving the
+   * wheel keep it. */
+  pw_slab_set *slabs;
   uint64_t scheduled, fired, cancelled, errors, skipped, rescheduled;
   uint64_t late_n, late_max_ns, late[LATE_BUCKETS];
   core *reg_next, *reg_prev;
@@ -521,6 +527,8 @@ static inline void handle_release(HandleObject *h) {
   Py_XDECREF(ctx);
 }
 
+static void handle_free(void *h) { pw_slab_free(h); }
+
 static void handle_dealloc(HandleObject *h) {
   PyTypeObject *tp = Py_TYPE(h);
   handle_release(h);
@@ -694,6 +702,7 @@ static PyGetSetDef handle_getset[] = {
 
 static PyType_Slot handle_slots[] = {
     {Py_tp_dealloc, handle_dealloc},
+    {Py_tp_free, handle_free},
     {Py_tp_repr, handle_repr},
     {Py_tp_methods, handle_methods},
     {Py_tp_getset, handle_getset},
@@ -1125,13 +1134,35 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
   return list;
 }
 
+/* The Python side lets go of the core's slabs (GIL held): from here on it
+ * allocates no handle, and the handles still alive keep the pages. */
+static void core_release_slabs(core *c) {
+  if (c->slabs) {
+    pw_slab_release(c->slabs);
+    c->slabs = NULL;
+  }
+}
+
+/* Slab pages are memory Python code allocated, and tracemalloc says so. */
+static void trace_page(void *page, size_t bytes, bool added) {
+  if (added)
+    PyTraceMalloc_Track(0, (uintptr_t)page, bytes);
+  else
+    PyTraceMalloc_Untrack(0, (uintptr_t)page);
+}
+
 static core *core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
   core *c = PyMem_RawCalloc(1, sizeof *c);
   if (!c)
     return (core *)PyErr_NoMemory();
+  if (!(c->slabs = pw_slab_set_new(sizeof(HandleObject), trace_page))) {
+    PyMem_RawFree(c);
+    return (core *)PyErr_NoMemory();
+  }
   pw_driver_hooks hooks = {hook_start, hook_run, hook_stop, hook_exit, c};
   int r = pw_driver_init(&c->drv, tick_ns, manual ? start_ns : pw_clock_ns(), &hooks);
   if (r) {
+    pw_slab_release(c->slabs);
     PyMem_RawFree(c);
     errno = -r;
     return (core *)PyErr_SetFromErrno(PyExc_OSError);
@@ -1150,6 +1181,7 @@ static core *core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
     atomic_fetch_add(&c->refs, 1); /* the thread's */
     if ((r = pw_driver_start(&c->drv))) {
       atomic_fetch_sub(&c->refs, 1);
+      core_release_slabs(c);
       core_decref(c);
       errno = -r;
       return (core *)PyErr_SetFromErrno(PyExc_OSError);
@@ -1161,6 +1193,7 @@ static core *core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
     pw_driver_unlock(d);
     Py_END_ALLOW_THREADS if (c->thread_state_made < 0) {
       pw_driver_stop(d); /* it leaves at once; its exit hook drops its reference */
+      core_release_slabs(c);
       core_decref(c);
       return (core *)PyErr_NoMemory();
     }
@@ -1220,14 +1253,17 @@ static PyObject *manual_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   return wheel_make(type, args, kw, true);
 }
 
-static int visit_handle(pw_timer *t, void *p) {
-  HandleObject *h = handle_of(t);
-  struct {
-    visitproc visit;
-    void *arg;
-  } *v = p;
-  visitproc visit = v->visit;
-  void *arg = v->arg;
+struct visit {
+  visitproc visit;
+  void *arg;
+};
+
+static int visit_slot(void *slot, void *p) {
+  HandleObject *h = slot;
+  if (h->state != H_PENDING)
+    return 0;
+  visitproc visit = ((struct visit *)p)->visit;
+  void *arg = ((struct visit *)p)->arg;
   Py_VISIT(h->callback);
   Py_VISIT(h->args);
   Py_VISIT(h->context);
@@ -1235,9 +1271,12 @@ static int visit_handle(pw_timer *t, void *p) {
 }
 
 /* Reports what the pending handles hold, as if the wheel held it: handles
- * are no GC objects.  Popped-but-unstarted handles count too, so the set is
- * the same in every pass of one collection even if the thread pops meanwhile
- * (it cannot run or add anything without the GIL). */
+ * are no GC objects.  Every pending handle is the wheel's (linked, in a
+ * batch, or the repeating one running now), and every handle of this wheel
+ * lives in its slabs, which are walked in memory order: a full collection
+ * pays a sequential scan, not a cache miss per pending timer.  The set is
+ * the same in every pass of one collection: nothing changes a handle's
+ * state without the GIL. */
 static int wheel_traverse(WheelObject *self, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(self));
   Py_VISIT(self->handler);
@@ -1245,19 +1284,10 @@ static int wheel_traverse(WheelObject *self, visitproc visit, void *arg) {
   if (!c)
     return 0;
   Py_VISIT(c->htype);
-  if (c->closed)
+  if (c->closed || !c->slabs)
     return 0;
-  struct {
-    visitproc visit;
-    void *arg;
-  } v = {visit, arg};
-  pw_driver_lock(&c->drv);
-  int r = pw_wheel_foreach(&c->drv.wheel, visit_handle, &v);
-  for (size_t i = c->drv.batch_pos; !r && i < c->drv.batch_n; i++)
-    if (!pw_timer_linked(c->drv.batch[i])) /* a moved one was visited in the wheel */
-      r = visit_handle(c->drv.batch[i], &v);
-  pw_driver_unlock(&c->drv);
-  return r;
+  struct visit v = {visit, arg};
+  return pw_slab_foreach(c->slabs, visit_slot, &v);
 }
 
 /*
@@ -1300,6 +1330,7 @@ static void wheel_dealloc(WheelObject *self) {
     Py_CLEAR(c->htype);
     if (c->manual)
       Py_CLEAR(c->empty_ctx); /* a threaded wheel's thread clears its own */
+    core_release_slabs(c);
     self->core = NULL;
     core_decref(c);
   }
@@ -1400,8 +1431,11 @@ static PyObject *schedule(WheelObject *self, int64_t when_ns, bool overdue, int6
   }
   for (Py_ssize_t i = 2; i < nargs; i++)
     PyTuple_SET_ITEM(tuple, i - 2, Py_NewRef(args[i]));
-  HandleObject *h =
-      alloc_fails() ? (HandleObject *)PyErr_NoMemory() : PyObject_New(HandleObject, c->htype);
+  HandleObject *h = alloc_fails() ? NULL : pw_slab_alloc(c->slabs);
+  if (h)
+    PyObject_Init((PyObject *)h, c->htype); /* takes a reference to the heap type */
+  else
+    PyErr_NoMemory();
   if (!h) {
     Py_XDECREF(tuple);
     Py_XDECREF(context);

@@ -1,7 +1,8 @@
 /*
  * test_driver.c -- the driver thread from C, without Python: firing, never
  * early, concurrent adds and cancels from several threads, the lost-wake-up
- * case, idleness, stop, large due sets handed out in parts.  Built plain and under TSan (make tsan).
+ * case, idleness, stop, large due sets handed out in parts.  Built plain and under TSan (make
+ * tsan).
  *
  *   ./test_driver [threads] [timers_per_thread] [ms_per_batch]
  *
@@ -19,7 +20,7 @@
 #include <time.h>
 
 #define TICK_NS 1000000 /* 1 ms */
-#define CHUNK 64          /* small: large due sets come in many parts */
+#define CHUNK 64        /* small: large due sets come in many parts */
 
 typedef struct {
   pw_timer node;

@@ -1335,7 +1335,10 @@ def test_real_allocation_failures_at_every_point():
 # ---- Ctrl-C while the main thread blocks in close() -------------------------
 
 SIGINT_CHILD = """
-import os, sys, time, threading, pywheel
+import os, signal, sys, time, threading, pywheel
+# Ctrl-C as a user's process has it, even when this test run was started
+# with SIGINT ignored (a background job), which children inherit
+signal.signal(signal.SIGINT, signal.default_int_handler)
 w = pywheel.Wheel()
 started = threading.Event()
 def slow():

@@ -242,6 +242,9 @@ def test_sigint_while_timers_run_goes_to_the_main_thread():
     proc = run(
         """
         import signal
+        # Ctrl-C as a user's process has it, even when this test run was
+        # started with SIGINT ignored (a background job), which children inherit
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         w = pywheel.Wheel()
         w.call_every(0.001, lambda: None)
         hit = []

@@ -697,6 +697,13 @@ def time_cancel_new(hs: list, call_later, reads) -> int:
     return perf_ns() - t
 
 
+def _idle_fill(loop, n: int) -> list:
+    """n timers IDLE_TIMEOUT away on an event loop: the connections' handles."""
+    return list(
+        map(loop.call_later, itertools.repeat(IDLE_TIMEOUT, n), itertools.repeat(idle_expired))
+    )
+
+
 class IdlePeer:
     name = "?"
     #: what --impl and the availability checks know it by
@@ -800,13 +807,7 @@ class IdleLoopReschedule(IdlePeer):
         from pywheel.asyncio import WheelEventLoop
 
         self.loop = WheelEventLoop()
-        self.hs = list(
-            map(
-                self.loop.call_later,
-                itertools.repeat(IDLE_TIMEOUT, n),
-                itertools.repeat(idle_expired),
-            )
-        )
+        self.hs = _idle_fill(self.loop, n)
 
     def run(self, reads):
         hs, now, d = self.hs, self.loop.time, IDLE_TIMEOUT
@@ -850,15 +851,13 @@ class IdleAsyncioCancelNew(IdlePeer):
     est_ns = 5000
     est_bytes = 240
 
+    @staticmethod
+    def new_loop():
+        return asyncio.new_event_loop()
+
     def open(self, n):
-        self.loop = asyncio.new_event_loop()
-        self.hs = list(
-            map(
-                self.loop.call_later,
-                itertools.repeat(IDLE_TIMEOUT, n),
-                itertools.repeat(idle_expired),
-            )
-        )
+        self.loop = self.new_loop()
+        self.hs = _idle_fill(self.loop, n)
 
     def run(self, reads):
         return time_cancel_new(self.hs, self.loop.call_later, reads)
@@ -869,7 +868,7 @@ class IdleAsyncioCancelNew(IdlePeer):
     def close(self):
         for h in self.hs:
             h.cancel()
-        self.loop._scheduled.clear()
+        self.tidy()
         self.loop.close()
         self.hs = None
 
@@ -927,41 +926,24 @@ class IdleAsyncioTimeout(IdleAsyncioCancelNew):
         self.ts = None
 
 
-class IdleUvloopCancelNew(IdlePeer):
+class IdleUvloopCancelNew(IdleAsyncioCancelNew):
     """``TimerHandle.cancel()`` then ``loop.call_later(30, cb)`` on uvloop."""
 
     name = "uvloop cancel+new"
     family = "uvloop"
-    tidies = True
     can_fire = True  # tidy() runs a loop iteration
     est_ns = 8000
     est_bytes = 550
 
-    def open(self, n):
+    @staticmethod
+    def new_loop():
         import uvloop
 
-        self.loop = uvloop.new_event_loop()
-        self.hs = list(
-            map(
-                self.loop.call_later,
-                itertools.repeat(IDLE_TIMEOUT, n),
-                itertools.repeat(idle_expired),
-            )
-        )
-
-    def run(self, reads):
-        return time_cancel_new(self.hs, self.loop.call_later, reads)
+        return uvloop.new_event_loop()
 
     def tidy(self):
         # uvloop frees a cancelled timer's libuv handle in the next iteration
         self.loop.run_until_complete(asyncio.sleep(0))
-
-    def close(self):
-        for h in self.hs:
-            h.cancel()
-        self.tidy()
-        self.loop.close()
-        self.hs = None
 
 
 IDLE_PEERS = [

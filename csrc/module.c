@@ -333,11 +333,16 @@ static inline void set_sub(core *c, HandleObject *h, pw_tick_t tick) {
   h->node.sub = exact ? (uint32_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1) : 0;
 }
 
-/* Links h on its deadline's tick.  Caller holds the core's mutex. */
+/* Files h on the tick of h->when_ns: links it, or, if it is linked
+ * already, moves it there (pw_wheel_move: only recorded when later).
+ * Caller holds the core's mutex. */
 static inline void link_locked(core *c, HandleObject *h) {
   pw_tick_t tick = deadline_tick(c, h->when_ns);
   set_sub(c, h, tick);
-  pw_driver_add_locked(&c->drv, &h->node, tick);
+  if (pw_timer_linked(&h->node))
+    pw_driver_move_locked(&c->drv, &h->node, tick);
+  else
+    pw_driver_add_locked(&c->drv, &h->node, tick);
   if (tick == c->part_tick && h->when_ns < c->part_min)
     c->part_min = h->when_ns; /* see exact_min_locked */
 }
@@ -582,15 +587,7 @@ static PyObject *handle_move(HandleObject *h, int64_t when_ns, bool overdue) {
     c->part_tick = 0;
   h->when_ns = when_ns;
   h->overdue = overdue;
-  if (linked) {
-    pw_tick_t tick = deadline_tick(c, when_ns);
-    set_sub(c, h, tick);
-    pw_driver_move_locked(d, &h->node, tick); /* later: O(1), the handle alone */
-    if (tick == c->part_tick && when_ns < c->part_min)
-      c->part_min = when_ns; /* as link_locked */
-  } else {
-    link_locked(c, h);
-  }
+  link_locked(c, h); /* moved if linked: later is O(1), the handle alone */
   pw_driver_unlock(d);
   if (!linked)
     Py_INCREF(h); /* the wheel's; the batch keeps its own */

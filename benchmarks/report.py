@@ -105,18 +105,25 @@ def targets(records: list[dict], cfg) -> list[dict]:
     def ratio(a, b):
         return None if a is None or b is None or b == 0 else a / b
 
+    def every_n(label, per_n, ok, missing=None):
+        """A row judging a ratio at every N: met if all measured ones are ok."""
+        vals = [r for _, r in per_n if r is not None]
+        add(
+            label,
+            ", ".join(f"{_n(n)}: {missing if r is None and missing else _x(r)}" for n, r in per_n),
+            None if not vals else all(ok(r) for r in vals),
+        )
+
     ns = _ns_list(records, "schedule")
     if ns:
         lo, hi = ns[0], ns[-1]
-        per_n = [
-            (n, ratio(_get(records, "schedule", PW, n), _get(records, "schedule", FLOOR_C, n)))
-            for n in ns
-        ]
-        vals = [r for _, r in per_n if r is not None]
-        add(
+        every_n(
             "call_later ≤ 6× the floor at every N",
-            ", ".join(f"{_n(n)}: {_x(r)}" for n, r in per_n),
-            None if not vals else all(r <= 6 for r in vals),
+            [
+                (n, ratio(_get(records, "schedule", PW, n), _get(records, "schedule", FLOOR_C, n)))
+                for n in ns
+            ],
+            lambda r: r <= 6,
         )
         for n, want in ((10**3, 10), (10**6, 15)):
             if n not in ns:
@@ -226,27 +233,17 @@ def targets(records: list[dict], cfg) -> list[dict]:
         )
     ns = _ns_list(records, "idle")
     if ns:
-        per_n = [
-            (n, ratio(_get(records, "idle", IDLE_RESCHEDULE, n), _get(records, "idle", FLOOR_C, n)))
-            for n in ns
-        ]
-        vals = [r for _, r in per_n if r is not None]
-        add(
+        resched = {n: _get(records, "idle", IDLE_RESCHEDULE, n) for n in ns}
+        every_n(
             "idle: reschedule ≤ 3× the floor at every N",
-            ", ".join(f"{_n(n)}: {_x(r)}" for n, r in per_n),
-            None if not vals else all(r <= 3 for r in vals),
+            [(n, ratio(resched[n], _get(records, "idle", FLOOR_C, n))) for n in ns],
+            lambda r: r <= 3,
         )
-        per_n = [
-            (n, ratio(_idle_best_asyncio(records, n), _get(records, "idle", IDLE_RESCHEDULE, n)))
-            for n in ns
-        ]
-        vals = [r for _, r in per_n if r is not None]
-        add(
+        every_n(
             "idle: reschedule ≥ 20× faster than asyncio's best way at every N",
-            ", ".join(
-                f"{_n(n)}: {_x(r)}" if r is not None else f"{_n(n)}: not measured" for n, r in per_n
-            ),
-            None if not vals else all(r >= 20 for r in vals),
+            [(n, ratio(_idle_best_asyncio(records, n), resched[n])) for n in ns],
+            lambda r: r >= 20,
+            missing="not measured",
         )
     li = _recs(records, "late_idle", PW)
     if li:

@@ -61,9 +61,20 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
     bucket size, not a delay.
     """
 
+    # Until BaseEventLoop.__init__ runs: a loop whose arguments were refused
+    # is "closed" for __del__ (no "unclosed event loop" warning for it).
+    _closed = True
+
     def __init__(self, selector=None, *, tick: float = 0.001) -> None:
-        super().__init__(selector)
+        # The wheel first: it is what checks tick (and, on virtual time, the
+        # start), so a refused argument raises before a selector or a
+        # self-pipe exists that __del__ would have to clean up.
         self._wheel = _core.ManualWheel(tick, start=max(0.0, self.time()))
+        try:
+            super().__init__(selector)
+        except BaseException:
+            self._wheel.close()
+            raise
         # Not a bound method: loop -> wheel -> handler -> loop would leave
         # every loop to the garbage collector.
         self._wheel.set_exception_handler(_TimerErrorForwarder(self))

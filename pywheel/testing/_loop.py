@@ -38,6 +38,9 @@ __all__ = [
 #: Real seconds the loop waits for outstanding real work before jumping.
 DEFAULT_AUTOJUMP_THRESHOLD = 0.05
 
+#: The timer-owner heap (a Timing with max_late) is compacted past this size.
+_COMPACT_MIN = 64
+
 
 class VirtualTimeError(RuntimeError):
     """A virtual-time run cannot go on."""
@@ -125,8 +128,8 @@ class _ChargedHandle(_events.Handle):
         try:
             super()._run()
         finally:
-            if cost:  # kept to whole nanoseconds, as the wheel keeps deadlines
-                loop._vtime = round(loop._vtime + cost, 9)
+            if cost:
+                loop._charge(cost)
 
     def _site(self) -> str:
         return callback_site(self._callback)
@@ -189,6 +192,11 @@ class VirtualEventLoop(WheelEventLoop):
         self._timing: Timing | None = None
         self._max_late = self._max_cost = 0.0
         self._fatal: BaseException | None = None
+        self._limit_hit = False
+        if timing is not None:
+            # Refused here, before a selector exists: a refused loop leaves
+            # nothing to close (no ResourceWarning).
+            timing._check_free(self)
         super().__init__(selector, tick=tick)
         self._selector: Any = _VirtualSelector(self._selector, self)
         wheel = self._wheel
@@ -207,6 +215,7 @@ class VirtualEventLoop(WheelEventLoop):
             if self._max_late > 0:
                 self._timers: list = []
                 self._seq = itertools.count()
+                self._compact_at = _COMPACT_MIN
                 self.call_at = self._tracked_call_at  # type: ignore[method-assign]
                 self._fast_timers = False
 
@@ -258,12 +267,47 @@ class VirtualEventLoop(WheelEventLoop):
                 f"larger limit or a way to end"
             )
         if self._max_late and self._timing is not None:
+            self._prune_timers()
             site = functools.partial(self._wake_site, target)
             late = self._timing._decide(self, "wake", self._max_late, site, target)
             if late:
-                target = round(target + late, 9)
+                woke = round(target + late, 9)
+                if woke > self._limit_at:
+                    # The late wake-up would carry the clock past the limit:
+                    # the run ends here, as it does for a timer beyond it.
+                    if not self._limit_hit:
+                        self._limit_hit = True
+                        raise TimeLimitError(
+                            f"virtual time limit reached: waking {late!r} late for "
+                            f"the timer due at t={target!r} would pass the limit "
+                            f"t={self._limit_at!r} (now t={self._vtime!r}); the "
+                            f"Timing's late wake-ups need a larger limit"
+                        )
+                    woke = self._limit_at  # cleanup after the error: stay at it
+                target = woke
         if target > self._vtime:
             self._vtime = target
+
+    def _charge(self, cost: float) -> None:
+        """A ready callback took ``cost`` seconds (a Timing's ``max_cost``)."""
+        t = round(self._vtime + cost, 9)  # whole nanoseconds, as the wheel keeps deadlines
+        if t > self._limit_at:
+            # Never past the limit: the clock stops at it, the loop ends the
+            # run after this iteration with TimeLimitError (once; the
+            # cleanup that follows runs at the limit).
+            t = self._limit_at
+            if not self._limit_hit:
+                self._limit_hit = True
+                self._abort(
+                    TimeLimitError(
+                        f"virtual time limit reached: callbacks charged by the Timing "
+                        f"(up to {self._max_cost!r} each) carried the clock to the "
+                        f"limit t={self._limit_at!r}; the Timing's costs need a larger "
+                        f"limit"
+                    )
+                )
+        if t > self._vtime:
+            self._vtime = t
 
     def _outstanding(self) -> bool:
         """Real work the loop waits for: watched fds besides the self-pipe,
@@ -298,14 +342,59 @@ class VirtualEventLoop(WheelEventLoop):
     def _tracked_call_at(self, when, callback, *args, context=None):
         handle = WheelEventLoop.call_at(self, when, callback, *args, context=context)
         owner = _tasks.current_task(self) if self.is_running() else None
-        heapq.heappush(self._timers, (handle.when(), next(self._seq), handle, owner or callback))
+        timers = self._timers
+        heapq.heappush(timers, (handle.when(), next(self._seq), handle, owner or callback))
+        if len(timers) >= self._compact_at:
+            self._compact_timers()
         return handle
+
+    # Who owns each timer, for naming the site of a late wake-up.  An entry
+    # is live while its handle is pending at the entry's deadline; it goes
+    # stale when the handle runs, is cancelled, or moves (reschedule(), which
+    # bypasses call_at).  A deadline at or before the clock is never the
+    # subject of a wake-up (the loop only sleeps toward a timer in the
+    # future), so entries up to now can go whatever became of them.  Stale
+    # entries leave the top at every wake-up decision, zero or not, and the
+    # whole heap is compacted whenever it doubles past what was live at the
+    # last compaction: its size stays within twice what is pending (plus
+    # _COMPACT_MIN), amortised O(1) per timer.
+
+    def _live(self, entry) -> bool | None:
+        """True: pending at the entry's deadline; False: stale; None: moved
+        into the future (still pending, at handle.when())."""
+        when, _, handle, _ = entry
+        if when <= self._vtime or handle.cancelled():
+            return False
+        now_when = handle.when()
+        if now_when == when:
+            return True
+        return None if now_when > self._vtime else False
+
+    def _prune_timers(self) -> None:
+        timers = self._timers
+        while timers:
+            live = self._live(timers[0])
+            if live:
+                return
+            entry = heapq.heappop(timers)
+            if live is None:  # moved: a fresh place among equal deadlines
+                heapq.heappush(timers, (entry[2].when(), next(self._seq), entry[2], entry[3]))
+
+    def _compact_timers(self) -> None:
+        kept = []
+        for entry in self._timers:
+            live = self._live(entry)
+            if live:
+                kept.append(entry)
+            elif live is None:
+                kept.append((entry[2].when(), entry[1], entry[2], entry[3]))
+        heapq.heapify(kept)
+        self._timers = kept
+        self._compact_at = max(_COMPACT_MIN, 2 * len(kept))
 
     def _wake_site(self, target: float) -> str:
         timers = self._timers
-        now = self._vtime
-        while timers and (timers[0][0] < now or timers[0][2].cancelled()):
-            heapq.heappop(timers)
+        self._prune_timers()
         if not timers:
             return f"the timer due at t={target!r}"
         owner = timers[0][3]
@@ -325,6 +414,8 @@ class VirtualEventLoop(WheelEventLoop):
         self.stop()
 
     def run_forever(self) -> None:
+        if self._timing is not None:
+            self._timing._started(self)
         super().run_forever()
         fatal = self._fatal
         if fatal is not None:

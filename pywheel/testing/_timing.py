@@ -23,6 +23,7 @@ __all__ = ["Timing", "timings"]
 KINDS = ("wake", "step", "external")
 
 _DEFAULT_TASK_NAME = re.compile(r"Task-\d+")
+_ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PYWHEEL = os.path.dirname(_HERE)
 _ASYNCIO = os.path.dirname(os.path.abspath(_tasks.__file__))
@@ -65,7 +66,7 @@ def task_site(task) -> str:
         coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
     if where is None:
         code = getattr(task.get_coro(), "cr_code", None)
-        where = f"{code.co_name}()" if code is not None else repr(task.get_coro())
+        where = f"{code.co_name}()" if code is not None else _type_name(task.get_coro())
     name = task.get_name()
     if _DEFAULT_TASK_NAME.fullmatch(name):  # a process-wide counter: not worth showing
         return f"task in {where}"
@@ -81,7 +82,13 @@ def callback_site(callback) -> str:
     if func is not None:
         callback = func
     name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
-    return f"{name}()" if name else repr(callback)
+    if isinstance(name, str) and name:
+        return f"{name}()"
+    return _type_name(callback)  # a callable object: its class, never its address
+
+
+def _type_name(obj) -> str:
+    return f"<{type(obj).__qualname__} object>"
 
 
 class Timing:
@@ -108,6 +115,7 @@ class Timing:
         "_hypothesis",
         "_record",
         "_pos",
+        "_nz",
         "_notes",
         "_state",
         "_owner",
@@ -139,8 +147,12 @@ class Timing:
             raise TypeError("draw must be a callable taking n and returning an int in 0..n")
         self._draw = draw
         self._hypothesis = False
-        self._record: dict[str, list[float]] = {k: [] for k in KINDS}
-        self._pos = dict.fromkeys(KINDS, 0)
+        # Only the non-zero decisions are kept, as (index among the
+        # decisions of their kind, seconds): a long, mostly punctual run
+        # records in proportion to what it perturbed, not to its length.
+        self._record: dict[str, list[tuple[int, float]]] = {k: [] for k in KINDS}
+        self._pos = dict.fromkeys(KINDS, 0)  # decisions of each kind so far
+        self._nz = dict.fromkeys(KINDS, 0)  # replay: next entry of _record[kind]
         self._notes: list[tuple[str, float, float, str]] = []
         self._state = "new"  # -> "recording" -> "recorded" (then replays)
         self._owner: weakref.ref | None = None
@@ -171,7 +183,7 @@ class Timing:
         head = "Timing(" + ", ".join(bounds)
         if self._state == "new":
             return head + ")"
-        if not self._notes:
+        if not self._notes and not self._dead:
             return head + ": punctual)"
         parts = []
         notes = self._notes
@@ -195,12 +207,22 @@ class Timing:
                 what = "" if n == 1 else f" ({n} events)"
                 parts.append(f"{site}{what} sent at {at} arrived {_fmt(secs)} late{each}")
             i = j
+        if self._dead:
+            parts.append("recording ended early: its draw raised")
         sep = "; " if len(parts) < 3 else ";\n  "
         return head + (": " if len(parts) < 3 else ":\n  ") + sep.join(parts) + ")"
 
     # ---- what the loop calls --------------------------------------------------
+    #
+    # States: "new" (no loop has run with it) -> "recording" (from the first
+    # run_forever of the loop it is attached to) -> "recorded" (that loop
+    # closed, or was collected) -> "replaying" (each later loop; replays from
+    # the start).  A loop that closes without ever running leaves a new Timing
+    # new, so the next loop records instead of replaying an empty record.
 
-    def _attach(self, loop: VirtualEventLoop) -> None:
+    def _check_free(self, loop: VirtualEventLoop) -> None:
+        """Refuses (RuntimeError) if another loop that is not closed drives
+        this Timing.  Called before the loop builds anything."""
         owner = self._owner() if self._owner is not None else None
         if owner is not None and owner is not loop and not owner.is_closed():
             raise RuntimeError(
@@ -208,26 +230,40 @@ class Timing:
                 "drives one loop at a time (close that loop; reusing the Timing then "
                 "replays its recorded decisions)"
             )
+
+    def _attach(self, loop: VirtualEventLoop) -> None:
+        self._check_free(loop)
+        if self._state == "recording":
+            # Its recording loop was collected without close(): the weakref
+            # died before that loop's __del__ could detach it.
+            self._finish_recording()
         self._owner = weakref.ref(loop)
-        if self._state == "new":
-            self._state = "recording"
-        else:
+        if self._state != "new":
             self._state = "replaying"
             self._pos = dict.fromkeys(KINDS, 0)
+            self._nz = dict.fromkeys(KINDS, 0)
+
+    def _started(self, loop: VirtualEventLoop) -> None:
+        if self._state == "new":
+            self._state = "recording"
 
     def _detach(self, loop: VirtualEventLoop) -> None:
-        if self._owner is None or self._owner() is not loop:
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None and owner is not loop:
             return
         self._owner = None
         if self._state == "recording":
-            self._state = "recorded"
-            if self._hypothesis:
-                try:
-                    from hypothesis import note
+            self._finish_recording()
 
-                    note(f"timing: {self!r}")
-                except Exception:  # outside a test: nothing to note in
-                    pass
+    def _finish_recording(self) -> None:
+        self._state = "recorded"
+        if self._hypothesis:
+            try:
+                from hypothesis import note
+
+                note(f"timing: {self!r}")
+            except Exception:  # outside a test: nothing to note in
+                pass
 
     def _decide(
         self, loop: VirtualEventLoop, kind: str, limit: float, site, at: float | None = None
@@ -238,13 +274,22 @@ class Timing:
         time ``at`` (default: now)."""
         tick = loop._tick
         n = int(limit / tick + 1e-9)
-        if n <= 0 or self._dead:
+        if n <= 0:
             return 0.0
         if self._state != "recording":
-            rec = self._record[kind]
+            # Replay: exactly the recorded decisions, then 0, as the
+            # recording played after its last draw (also when that recording
+            # ended in a draw error: the decisions before it replay).
             i = self._pos[kind]
             self._pos[kind] = i + 1
-            return rec[i] if i < len(rec) else 0.0
+            rec = self._record[kind]
+            j = self._nz[kind]
+            if j < len(rec) and rec[j][0] == i:
+                self._nz[kind] = j + 1
+                return rec[j][1]
+            return 0.0
+        if self._dead:
+            return 0.0
         draw = self._draw
         if draw is None or (self.max_draws is not None and self._draws >= self.max_draws):
             ticks = 0
@@ -264,14 +309,19 @@ class Timing:
                 self._dead = True
                 loop._abort(exc)
                 return 0.0
+        i = self._pos[kind]
+        self._pos[kind] = i + 1
+        if not ticks:
+            return 0.0
         secs = ticks * tick
-        self._record[kind].append(secs)
-        if ticks:
-            try:
-                where = site()
-            except Exception as exc:  # a description must never break the run
-                where = f"<{exc!r}>"
-            self._notes.append((kind, loop.time() if at is None else at, secs, where))
+        self._record[kind].append((i, secs))
+        try:
+            where = site()
+        except Exception as exc:  # a description must never break the run
+            where = f"<{type(exc).__name__}>"
+        # The same run must give the same repr: no memory addresses.
+        where = _ADDRESS.sub("", where)
+        self._notes.append((kind, loop.time() if at is None else at, secs, where))
         return secs
 
 

@@ -2,7 +2,8 @@
 
 Two ways in:
 
-* ``WheelEventLoop`` (and ``new_event_loop()``, ``EventLoopPolicy``, ``run()``):
+* ``WheelEventLoop`` (and ``new_event_loop()`` for ``loop_factory=``, ``run()``;
+  ``EventLoopPolicy`` where asyncio still has policies, made on first use):
   the standard selector loop with every ``call_later``/``call_at`` on a wheel
   the loop drives itself, so ``asyncio.sleep``, ``wait_for``,
   ``asyncio.timeout`` and everything else built on timers use it unchanged.
@@ -23,6 +24,7 @@ import contextvars
 import enum
 import math
 import threading
+import warnings
 import weakref
 from asyncio import base_events as _base_events
 from asyncio import events as _events
@@ -32,8 +34,9 @@ from typing import Any
 
 from . import _core
 
+# EventLoopPolicy is not in __all__: it exists only where asyncio still has
+# policies, and a star import must not touch deprecated names.
 __all__ = [
-    "EventLoopPolicy",
     "Timeout",
     "WheelEventLoop",
     "new_event_loop",
@@ -234,12 +237,85 @@ def new_event_loop() -> WheelEventLoop:
     return WheelEventLoop()
 
 
-class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
-    """Makes ``asyncio.new_event_loop()`` (and so ``asyncio.run``) create
-    ``WheelEventLoop``s: ``asyncio.set_event_loop_policy(EventLoopPolicy())``."""
+def _make_policy() -> type:
+    class EventLoopPolicy(_policy_base()):  # type: ignore[misc]
+        """Makes ``asyncio.new_event_loop()`` (and so ``asyncio.run``) create
+        ``WheelEventLoop``s: ``asyncio.set_event_loop_policy(EventLoopPolicy())``.
+        Deprecated with asyncio's policy system (3.14; gone in 3.16): pass
+        ``loop_factory=pywheel.asyncio.new_event_loop`` instead."""
 
-    def new_event_loop(self) -> WheelEventLoop:
-        return WheelEventLoop()
+        def new_event_loop(self) -> WheelEventLoop:
+            return WheelEventLoop()
+
+    EventLoopPolicy.__module__ = __name__
+    EventLoopPolicy.__qualname__ = "EventLoopPolicy"
+    return EventLoopPolicy
+
+
+# ---- the policy, only where asyncio still has a policy system ------------------
+#
+# asyncio 3.14 deprecates its policy system (DefaultEventLoopPolicy, get/
+# set_event_loop_policy, ...) and 3.16 removes it.  A class statement that
+# subclasses DefaultEventLoopPolicy at import time would warn on every
+# `import pywheel.asyncio` there (an error for suites that turn warnings into
+# errors) and fail outright on 3.16.  So the policy class is made on first
+# access, through the module's __getattr__: importing pywheel never touches a
+# deprecated name, and only a program that asks for the policy hears about
+# the deprecation, pointed at its own line.
+
+_policies: dict[str, type] = {}
+# Whether this asyncio deprecates its policies: seen, not assumed from the
+# version number (3.14 does), when DefaultEventLoopPolicy is first read.
+_policy_deprecated = [False]
+
+
+def _policy_base() -> type:
+    """asyncio's DefaultEventLoopPolicy, read without asyncio's own warning
+    (the caller gives one that points at the user's code)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        base = getattr(asyncio, "DefaultEventLoopPolicy", None)
+    if any(issubclass(w.category, DeprecationWarning) for w in caught):
+        _policy_deprecated[0] = True
+    if base is None:
+        raise AttributeError(
+            "asyncio has no event loop policies on this Python (removed in 3.16): use "
+            "asyncio.run(main(), loop_factory=...) or asyncio.Runner(loop_factory=...)"
+        )
+    return base
+
+
+def _lazy_policy(module: str, name: str, make, replacement: str, stacklevel: int = 3) -> type:
+    """The policy class ``module.name``, made by ``make()`` on first use; on
+    Pythons that deprecate asyncio's policies, a DeprecationWarning at the
+    caller's line naming ``replacement``.  For the modules' ``__getattr__``."""
+    key = f"{module}.{name}"
+    cls = _policies.get(key)
+    if cls is None:
+        try:
+            cls = _policies[key] = make()
+        except AttributeError as exc:
+            raise AttributeError(f"{key} is not available: {exc}") from None
+    if _policy_deprecated[0]:
+        warnings.warn(
+            f"{key} builds on asyncio's event loop policies, deprecated since Python "
+            f"3.14 and removed in 3.16; use {replacement}",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EventLoopPolicy":
+        return _lazy_policy(
+            __name__,
+            name,
+            _make_policy,
+            "asyncio.run(main(), loop_factory=pywheel.asyncio.new_event_loop) or "
+            "asyncio.Runner(loop_factory=pywheel.asyncio.new_event_loop)",
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run(main, *, debug: bool | None = None):

@@ -56,6 +56,8 @@ def hrun(request):
 # ---- the loop ----------------------------------------------------------------
 
 
+# Uses asyncio's policy system on purpose: deprecated from Python 3.14.
+@pytest.mark.filterwarnings("ignore:.*polic:DeprecationWarning")
 def test_loop_kinds():
     loop = pwa.new_event_loop()
     try:
@@ -71,6 +73,8 @@ def test_loop_kinds():
     assert pwa.run(kind()) is pwa.WheelEventLoop
 
 
+# Uses asyncio's policy system on purpose: deprecated from Python 3.14.
+@pytest.mark.filterwarnings("ignore:.*polic:DeprecationWarning")
 def test_policy_makes_asyncio_run_use_the_wheel_loop():
     old = asyncio.get_event_loop_policy()
     asyncio.set_event_loop_policy(pwa.EventLoopPolicy())

@@ -540,6 +540,8 @@ def test_huge_deadline_reports_inf_on_the_wheel_loop():
 # ---- the CPython suite's runner -----------------------------------------------
 
 
+# Uses asyncio's policy system on purpose: deprecated from Python 3.14.
+@pytest.mark.filterwarnings("ignore:.*polic:DeprecationWarning")
 def test_cpython_runner_redirects_every_loop_name():
     import importlib.util
     import os

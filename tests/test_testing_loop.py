@@ -215,6 +215,8 @@ def test_limit_counts_from_start():
         vt.run(asyncio.sleep(5.001), start=10, limit=5)
 
 
+# Uses asyncio's policy system on purpose: deprecated from Python 3.14.
+@pytest.mark.filterwarnings("ignore:.*polic:DeprecationWarning")
 def test_loop_factory_policy_and_new_event_loop():
     async def main():
         await asyncio.sleep(10)

@@ -122,6 +122,8 @@ def test_a_timing_drives_one_loop_at_a_time():
     vt.run(asyncio.sleep(0), timing=timing)  # then it replays
 
 
+# Uses asyncio's policy system on purpose: deprecated from Python 3.14.
+@pytest.mark.filterwarnings("ignore:.*polic:DeprecationWarning")
 def test_policy_loops_replay_the_same_timing():
     timing = seeded(3, max_late=0.005, max_cost=0.002)
     traces = []

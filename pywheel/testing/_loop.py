@@ -22,12 +22,11 @@ from asyncio import events as _events
 from asyncio import tasks as _tasks
 from typing import Any
 
-from ..asyncio import WheelEventLoop
+from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
 from ._timing import Timing, callback_site, task_site
 
-__all__ = [
+__all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
     "DeadlockError",
-    "EventLoopPolicy",
     "TimeLimitError",
     "VirtualEventLoop",
     "VirtualTimeError",
@@ -463,15 +462,42 @@ def new_event_loop(**kwargs: Any) -> VirtualEventLoop:
     return VirtualEventLoop(**kwargs)
 
 
-class EventLoopPolicy(asyncio.DefaultEventLoopPolicy):
-    """Makes ``asyncio.new_event_loop()`` create ``VirtualEventLoop(**kwargs)``."""
+def _make_policy() -> type:
+    class EventLoopPolicy(_policy_base()):  # type: ignore[misc]
+        """Makes ``asyncio.new_event_loop()`` create ``VirtualEventLoop(**kwargs)``.
+        Deprecated with asyncio's policy system (3.14; gone in 3.16): pass
+        ``loop_factory=functools.partial(pywheel.testing.new_event_loop,
+        **kwargs)`` instead."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        self._kwargs = kwargs
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__()
+            self._kwargs = kwargs
 
-    def new_event_loop(self) -> VirtualEventLoop:
-        return VirtualEventLoop(**self._kwargs)
+        def new_event_loop(self) -> VirtualEventLoop:
+            return VirtualEventLoop(**self._kwargs)
+
+    EventLoopPolicy.__module__ = "pywheel.testing"
+    EventLoopPolicy.__qualname__ = "EventLoopPolicy"
+    return EventLoopPolicy
+
+
+def policy(depth: int) -> type:
+    """``EventLoopPolicy``, made on first use (see pywheel.asyncio's
+    ``__getattr__``: importing never touches asyncio's deprecated names);
+    a deprecation warning, where due, points ``depth`` frames up."""
+    return _lazy_policy(
+        "pywheel.testing",
+        "EventLoopPolicy",
+        _make_policy,
+        "asyncio.Runner(loop_factory=pywheel.testing.new_event_loop) or pywheel.testing.run()",
+        stacklevel=depth + 2,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EventLoopPolicy":
+        return policy(2)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run(

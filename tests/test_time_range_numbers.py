@@ -31,21 +31,25 @@ class FloatOnly:
 def _entry_points(value):
     w = pywheel.ManualWheel()
     h = w.call_later(10, print)
-    return {
-        "call_later": lambda: w.call_later(value, print),
-        "call_at": lambda: w.call_at(value, print),
-        "call_every interval": lambda: w.call_every(value, print),
-        "call_every first": lambda: w.call_every(1, print, first=value),
-        "reschedule": lambda: h.reschedule(value),
-        "reschedule_later": lambda: h.reschedule_later(value),
-        "ManualWheel start": lambda: pywheel.ManualWheel(start=value),
-        "ManualWheel tick": lambda: pywheel.ManualWheel(tick=value),
-        "advance": lambda: w.advance(value),
-        "advance_to": lambda: w.advance_to(value),
-        "run_due": lambda: w.run_due(value),
-        "collect_due": lambda: w.collect_due(value),
-        "Wheel tick": lambda: pywheel.Wheel(tick=value),
-    }, w, h
+    return (
+        {
+            "call_later": lambda: w.call_later(value, print),
+            "call_at": lambda: w.call_at(value, print),
+            "call_every interval": lambda: w.call_every(value, print),
+            "call_every first": lambda: w.call_every(1, print, first=value),
+            "reschedule": lambda: h.reschedule(value),
+            "reschedule_later": lambda: h.reschedule_later(value),
+            "ManualWheel start": lambda: pywheel.ManualWheel(start=value),
+            "ManualWheel tick": lambda: pywheel.ManualWheel(tick=value),
+            "advance": lambda: w.advance(value),
+            "advance_to": lambda: w.advance_to(value),
+            "run_due": lambda: w.run_due(value),
+            "collect_due": lambda: w.collect_due(value),
+            "Wheel tick": lambda: pywheel.Wheel(tick=value),
+        },
+        w,
+        h,
+    )
 
 
 @pytest.mark.parametrize("value", HUGE + [FloatOnly(1), FloatOnly(-1)], ids=repr)

@@ -152,12 +152,44 @@ static inline bool batch_owns(pw_timer *t) {
   return handle_of(t)->state == H_PENDING && !pw_timer_linked(t);
 }
 
+/*
+ * Nanoseconds to seconds, the one formula behind time(), when(),
+ * next_when() and next_deadline(): the float nearest to ns / 10**9, as
+ * Python's own `ns / 10**9` (and round(x, 9), which the virtual loop uses)
+ * gives it, and time.monotonic() for any count below 2**53 ns (104 days).
+ * It is monotonic and exact on whole seconds, which the deadline rule
+ * (seconds_to_ns) relies on.  Below 2**53 one division is exact rounding;
+ * above, q + r/1e9 is within one ulp, and the distance to the neighbours
+ * decides in integers: y >= 2**23 there, so y, its neighbours and q differ
+ * by exact multiples of 2**-30, and no such count lies on a midpoint.
+ */
+static double s_of_ns(int64_t ns) {
+  const int64_t exact = (int64_t)1 << 53;
+  if (ns >= -exact && ns <= exact)
+    return (double)ns / 1e9;
+  uint64_t u = ns < 0 ? -(uint64_t)ns : (uint64_t)ns;
+  uint64_t q = u / 1000000000u, r = u % 1000000000u;
+  double fq = (double)q, y = fq + (double)r / 1e9;
+  int64_t twice_r = (int64_t)r << 31; /* 2 * r, in units of 2**-30 */
+  for (int i = 0; i < 2; i++) {
+    double hi = nextafter(y, INFINITY), lo = nextafter(y, -INFINITY);
+    int64_t yy = (int64_t)ldexp(y - fq, 30);
+    if (((int64_t)ldexp(hi - fq, 30) + yy) * 1000000000 < twice_r)
+      y = hi; /* ns / 1e9 lies above the midpoint to hi */
+    else if (((int64_t)ldexp(lo - fq, 30) + yy) * 1000000000 > twice_r)
+      y = lo;
+    else
+      break;
+  }
+  return ns < 0 ? -y : y;
+}
+
 static inline double ns_to_s(int64_t ns) {
   if (ns == NEVER_NS)
     return Py_HUGE_VAL;
   if (ns <= PAST_NS + 1) /* call_every(first=-inf) is anchored at PAST_NS + 1 */
     return -Py_HUGE_VAL;
-  return (double)ns / 1e9;
+  return s_of_ns(ns);
 }
 
 /* ------------------------------------------------------------------ */
@@ -232,13 +264,58 @@ static int out_of_range(const char *what) {
   return -1;
 }
 
-/* Seconds (int, float, or anything with __index__ or __float__) to
- * nanoseconds, rounded to nearest; +-inf to NEVER_NS / PAST_NS. */
-static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
+#define MIN_NS (PAST_NS + 2) /* the range of a finite time */
+#define MAX_NS (NEVER_NS - 1)
+
+/* The least n >= 0 with s_of_ns(n) >= z, for 0 <= z < 2**34.  Below 2**22 s
+ * (ulp < 1 ns) the nearest count is off by at most one.  Above, s_of_ns(n)
+ * >= z exactly when n / 1e9 passes the midpoint m between z and the float
+ * below it (never reached exactly, see s_of_ns): n = floor(m * 1e9) + 1,
+ * computed in units of 2**-32 s from the whole seconds a of z. */
+static uint64_t ceil_pos(double z) {
+  if (z < 4194304.0) {
+    int64_t c = (int64_t)nearbyint(z * 1e9);
+    if (s_of_ns(c) < z)
+      return (uint64_t)c + 1;
+    return (uint64_t)(s_of_ns(c - 1) >= z ? c - 1 : c);
+  }
+  double a = floor(z), below = nextafter(z, 0.0);
+  int64_t m = (int64_t)ldexp(z - a, 31) + (int64_t)ldexp(below - a, 31); /* 2**32 (m - a) */
+  int64_t scaled = m * 1000000000;                                       /* |.| < 2**62 */
+  int64_t whole = scaled >= 0 ? scaled >> 32 : -((-scaled + 0xFFFFFFFF) >> 32);
+  return (uint64_t)a * 1000000000u + (uint64_t)(whole + 1);
+}
+
+/* The least count n whose s_of_ns(n) >= x (finite x): what a float time or
+ * span becomes.  -1 if n lies outside [MIN_NS - 1, MAX_NS + 1]. */
+static int ceil_ns(double x, int64_t *out) {
+  if (x >= 0) {
+    if (x >= 9223372037.0)
+      return -1;
+    uint64_t u = ceil_pos(x);
+    if (u > (uint64_t)NEVER_NS)
+      return -1;
+    *out = (int64_t)u;
+    return 0;
+  }
+  /* By symmetry: the least n with s(n) >= x is 1 - the least m with s(m) > -x. */
+  if (-x >= 9223372037.0)
+    return -1;
+  uint64_t u = ceil_pos(nextafter(-x, INFINITY));
+  if (u == 0 || u - 1 > (uint64_t)INT64_MAX - 1) /* 1 - u < MIN_NS - 1 */
+    return -1;
+  *out = -(int64_t)(u - 1);
+  return 0;
+}
+
+/* What a time or span argument holds: an exact count of nanoseconds (an
+ * integer), or a float (any other number, through __float__; +-inf included).
+ * Returns 1 for exact, 0 for float, -1 with an exception. */
+static int parse_seconds(PyObject *o, const char *what, int64_t *exact, double *d) {
   if (!PyLong_Check(o) && !PyFloat_Check(o) && PyIndex_Check(o)) {
     PyObject *i = PyNumber_Index(o); /* an integer type of a library's own */
     if (i) {
-      int r = seconds_to_ns(i, what, out);
+      int r = parse_seconds(i, what, exact, d);
       Py_DECREF(i);
       return r;
     }
@@ -255,36 +332,103 @@ static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
       return -1;
     if (overflow || s > INT64_MAX / 1000000000 || s < -(INT64_MAX / 1000000000))
       return out_of_range(what);
-    *out = (int64_t)s * 1000000000;
-    return 0;
+    *exact = (int64_t)s * 1000000000;
+    return 1;
   }
   if (!PyFloat_Check(o) && !PyNumber_Check(o)) {
     PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.100s", what,
                  Py_TYPE(o)->tp_name);
     return -1;
   }
-  double d = PyFloat_AsDouble(o);
-  if (d == -1.0 && PyErr_Occurred()) {
+  *d = PyFloat_AsDouble(o);
+  if (*d == -1.0 && PyErr_Occurred()) {
     if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* a huge Fraction */
       PyErr_Clear();
       return out_of_range(what);
     }
     return -1;
   }
-  if (isnan(d)) {
+  if (isnan(*d)) {
     PyErr_Format(PyExc_ValueError, "%s must not be NaN", what);
     return -1;
   }
+  if (isinf(*d) && !PyFloat_Check(o)) {
+    /* Decimal('1e400') says inf to __float__, though it is finite: only a
+     * number that equals infinity means never (or the past). */
+    PyObject *inf = PyFloat_FromDouble(*d);
+    int same = inf ? PyObject_RichCompareBool(o, inf, Py_EQ) : -1;
+    Py_XDECREF(inf);
+    if (same < 0)
+      return -1;
+    if (!same)
+      return out_of_range(what);
+  }
+  return 0;
+}
+
+/*
+ * Seconds to nanoseconds, for every time and span the module takes.  An
+ * integer is exact.  Any other number becomes the least count of
+ * nanoseconds that reads, in s_of_ns, at least as late as the float the
+ * caller passed: then `time() >= when` holds once the clock reached the
+ * deadline, whatever float the program compares (rounding to the nearest
+ * count could land below it, and a program that re-arms until its
+ * comparison holds would wait on a clock that never moves on).  A float
+ * that is a whole number of nanoseconds, as every when() and time() is,
+ * maps to that count.  +-inf to NEVER_NS / PAST_NS.
+ */
+static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
+  double d;
+  int r = parse_seconds(o, what, out, &d);
+  if (r != 0)
+    return r < 0 ? -1 : 0;
   if (isinf(d)) {
     *out = d > 0 ? NEVER_NS : PAST_NS;
     return 0;
   }
-  d = nearbyint(d * 1e9);
-  /* 2**63 is exact as a double; the largest double below it fits an int64
-   * and stays below NEVER_NS, and symmetrically above PAST_NS + 1. */
-  if (d >= 9223372036854775808.0 || d <= -9223372036854775808.0)
+  if (ceil_ns(d, out) < 0 || *out < MIN_NS || *out > MAX_NS)
     return out_of_range(what);
-  *out = (int64_t)d;
+  return 0;
+}
+
+/* The last count that reads at most y (finite): ceil of the next float, less
+ * one; MAX_NS at the top of the range.  -1 below the range. */
+static int floor_ns(double y, int64_t *out) {
+  int64_t n;
+  double top = s_of_ns(MAX_NS);
+  if (y >= top) {
+    *out = MAX_NS;
+    return y > top ? -1 : 0;
+  }
+  if (ceil_ns(nextafter(y, INFINITY), &n) < 0 || n - 1 < MIN_NS)
+    return -1;
+  *out = n - 1;
+  return 0;
+}
+
+/* A target to move a ManualWheel's clock to.  An integer is exact.  For a
+ * float, `whole_reading` (advance_to): the clock reaches the first reading at
+ * or after it, to the last nanosecond of that reading, so a deadline made
+ * from the same float is due and time() >= it; otherwise (run_due,
+ * collect_due): the last nanosecond that reads at most it, so what is due is
+ * exactly the timers whose when() <= it. */
+static int target_to_ns(PyObject *o, const char *what, bool whole_reading, int64_t *out) {
+  double d;
+  int r = parse_seconds(o, what, out, &d);
+  if (r != 0)
+    return r < 0 ? -1 : 0;
+  if (isinf(d)) {
+    *out = d > 0 ? NEVER_NS : PAST_NS;
+    return 0;
+  }
+  if (whole_reading) {
+    int64_t first;
+    if (ceil_ns(d, &first) < 0 || first < MIN_NS || first > MAX_NS)
+      return out_of_range(what);
+    d = s_of_ns(first);
+  }
+  if (floor_ns(d, out) < 0)
+    return out_of_range(what);
   return 0;
 }
 
@@ -1510,7 +1654,7 @@ static PyObject *wheel_call_every(WheelObject *self, PyObject *const *args, Py_s
 }
 
 static PyObject *wheel_time(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
-  return PyFloat_FromDouble((double)core_now_ns(self->core) / 1e9);
+  return PyFloat_FromDouble(s_of_ns(core_now_ns(self->core)));
 }
 
 static PyObject *wheel_time_ns(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -1773,6 +1917,14 @@ static Py_ssize_t run_batch_here(WheelObject *self) {
   return r;
 }
 
+/* The tick that holds the range's top deadlines but ends past MAX_NS
+ * (PW_TICK_MAX if tick_ns divides MAX_NS): a boundary no clock reaches. */
+static inline pw_tick_t cut_tick(int64_t tick_ns) {
+  return MAX_NS % tick_ns ? (pw_tick_t)(MAX_NS / tick_ns) + 1 : PW_TICK_MAX;
+}
+
+static int64_t exact_min_locked(core *c, pw_tick_t tick, bool take, int64_t target);
+
 /* Runs every timer due by target_ns, tick by tick, each batch at its own
  * tick with time() reading that tick; then time becomes target_ns. */
 static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
@@ -1788,6 +1940,30 @@ static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
   for (;;) {
     pw_driver_lock(d);
     pw_tick_t next = pw_wheel_next(&d->wheel);
+    if (!c->closed && next > last && next != PW_TICK_MAX && next == cut_tick(d->tick_ns)) {
+      /* The range's last tick ends past its top, where no clock gets:
+       * its timers are due at their exact deadlines instead. */
+      pw_driver_collect_locked(d, last); /* nothing is due before it: an empty batch */
+      exact_min_locked(c, next, true, target_ns);
+      bool took = d->batch_n > 0;
+      if (took) {
+        d->batches++;
+        if (d->batch_n > d->max_batch)
+          d->max_batch = d->batch_n;
+      }
+      pw_driver_unlock(d);
+      if (!took)
+        break;
+      c->manual_ns = target_ns;
+      Py_ssize_t r = run_batch(c);
+      if (r < 0) {
+        c->advancing = 0;
+        Py_DECREF(self);
+        return NULL;
+      }
+      ran += r;
+      continue;
+    }
     if (c->closed || next > last) {
       pw_driver_unlock(d);
       break;
@@ -1834,7 +2010,7 @@ static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_
                                    PyObject *kwnames) {
   PyObject *arg = one_arg("advance_to", "when", args, nargs, kwnames);
   int64_t when;
-  if (!arg || !manual_core(self) || seconds_to_ns(arg, "when", &when) < 0)
+  if (!arg || !manual_core(self) || target_to_ns(arg, "when", true, &when) < 0)
     return NULL;
   return manual_run_until(self, when);
 }
@@ -1853,10 +2029,15 @@ static int64_t manual_next_ns(core *c) {
     return c->manual_ns;
   pw_driver_lock(&c->drv);
   pw_tick_t next = pw_wheel_next(&c->drv.wheel);
+  int64_t ns = NEVER_NS;
+  if (next != PW_TICK_MAX && next == cut_tick(c->drv.tick_ns))
+    ns = exact_min_locked(c, next, false, 0); /* see manual_run_until */
   pw_driver_unlock(&c->drv);
-  if (next == PW_TICK_MAX || next > (pw_tick_t)(INT64_MAX / c->drv.tick_ns))
-    return NEVER_NS;
-  int64_t ns = (int64_t)next * c->drv.tick_ns;
+  if (next == PW_TICK_MAX || next > (pw_tick_t)(MAX_NS / c->drv.tick_ns)) {
+    if (ns == NEVER_NS)
+      return NEVER_NS;
+  } else
+    ns = (int64_t)next * c->drv.tick_ns;
   return ns > c->manual_ns ? ns : c->manual_ns;
 }
 
@@ -1866,7 +2047,7 @@ static PyObject *manual_next_deadline(WheelObject *self, PyObject *Py_UNUSED(ign
   int64_t ns = manual_next_ns(self->core);
   if (ns == NEVER_NS || self->core->closed)
     Py_RETURN_NONE;
-  return PyFloat_FromDouble((double)ns / 1e9);
+  return PyFloat_FromDouble(s_of_ns(ns));
 }
 
 static PyObject *manual_advance_to_next(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -1947,22 +2128,28 @@ static void collect_exact(core *c, int64_t target_ns) {
   pw_driver_unlock(d);
 }
 
-/* The exact deadline of the next timer to run, or NEVER_NS. */
+/* The least exact deadline of the pending timers, or NEVER_NS: overdue ones
+ * included, so that equally overdue timers give a loop the same timeout, the
+ * stock loop's max(0, when - time()).  The least of the wheel's lies in its
+ * earliest tick; set-aside timers that did not run are pending too. */
 static int64_t next_when_ns(core *c) {
-  if (leftovers_pending(c))
-    return c->manual_ns;
+  int64_t r = NEVER_NS;
+  for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
+    if (batch_owns(c->drv.batch[i]) && handle_of(c->drv.batch[i])->when_ns < r)
+      r = handle_of(c->drv.batch[i])->when_ns;
   pw_driver *d = &c->drv;
   pw_driver_lock(d);
   pw_tick_t t = pw_wheel_next(&d->wheel);
-  int64_t r;
-  if (t == PW_TICK_MAX)
-    r = NEVER_NS;
-  else if (t <= d->wheel.now)
-    r = c->manual_ns; /* overdue: on the expired list */
-  else
-    r = exact_min_locked(c, t, false, 0);
+  int64_t w = NEVER_NS;
+  if (t != PW_TICK_MAX && t <= d->wheel.now) {
+    /* overdue: on the expired list, scanned without touching the cache */
+    struct due_scan s = {d, 0, NEVER_NS, false, false};
+    pw_wheel_foreach_at(&d->wheel, t, scan_tick, &s);
+    w = s.rest_min;
+  } else if (t != PW_TICK_MAX)
+    w = exact_min_locked(c, t, false, 0);
   pw_driver_unlock(d);
-  return r;
+  return w < r ? w : r;
 }
 
 static PyObject *manual_next_when(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -1977,7 +2164,7 @@ static PyObject *manual_next_when(WheelObject *self, PyObject *Py_UNUSED(ignored
 static int parse_target(WheelObject *self, const char *fname, PyObject *const *args,
                         Py_ssize_t nargs, PyObject *kwnames, int64_t *when) {
   PyObject *arg = one_arg(fname, "when", args, nargs, kwnames);
-  if (!arg || !manual_core(self) || seconds_to_ns(arg, "when", when) < 0)
+  if (!arg || !manual_core(self) || target_to_ns(arg, "when", false, when) < 0)
     return -1;
   return check_target(self->core, *when);
 }

@@ -48,6 +48,7 @@ __all__ = [
 
 # As asyncio does: never ask a selector to sleep longer than a day.
 _MAX_SELECT_TIMEOUT = 24 * 3600
+_nextafter = math.nextafter
 
 
 class WheelEventLoop(asyncio.SelectorEventLoop):
@@ -140,7 +141,7 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
     def _run_once(self) -> None:
         """One iteration, the steps of ``BaseEventLoop._run_once`` with the
         wheel in place of the heap: wait for I/O until the next deadline; set
-        aside the timers due by ``time() + clock_resolution``; run the
+        aside the timers due before ``time() + clock_resolution``; run the
         callbacks that were ready, then those timers.  What any of them
         schedules waits for the next iteration, so neither a ``call_soon`` nor
         a zero-delay timer loop can starve I/O, and a timer that fell due
@@ -158,7 +159,14 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         event_list = self._selector.select(timeout)
         self._process_events(event_list)
         event_list = None  # as asyncio: no cycles through the events
-        end = self.time() + self._clock_resolution
+        # As asyncio: due is every timer with when() < time() + resolution;
+        # collect_due(x) takes when() <= x, so x is the float just below.
+        # Where adding the resolution changes nothing (times past 2**24 s),
+        # everything with when() <= time() is due, or a virtual clock that
+        # jumped onto a deadline would never run it.
+        now = self.time()
+        end = now + self._clock_resolution
+        end = _nextafter(end, -math.inf) if end > now else now
         wheel.collect_due(end if end > wheel.time() else wheel.time())
         ntodo = len(ready)
         if self._debug:

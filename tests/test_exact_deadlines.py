@@ -172,7 +172,7 @@ def test_collected_timers_left_unrun_come_first_next_time():
     w.call_at(1.0, ran.append, 1)
     assert w.collect_due(1.5) == 1
     w.call_at(1.2, ran.append, 2)
-    assert len(w) == 2 and w.next_when() == 1.5  # the set-aside one is due now
+    assert len(w) == 2 and w.next_when() == 1.0  # the set-aside one: due, its own when()
     assert w.run_due(2.0) == 2 and ran == [1, 2]  # put back in its place, then run
     assert w.collect_due(3.0) == 0 and w.run_collected() == 0
     w.close()

@@ -324,13 +324,54 @@ static inline pw_tick_t deadline_tick(core *c, int64_t ns) {
 /* The wheel orders one tick's timers by `sub` before their scheduling
  * order: the exact deadline's offset within its tick (when - tick_ns < ns
  * <= when) gives the exact-deadline order asyncio uses, so the wheel hands a
- * tick's timers out in their final order.  Tick 0 (deadlines at or before
- * the clock's epoch) and ticks longer than 2**32 ns are left to sort_exact
- * and are never split (see core_new). */
+ * tick's timers out in their final order and a part may end anywhere.
+ * Tick 0 (every deadline at or before the clock's epoch) and ticks longer
+ * than 2**32 ns have more offsets than a sub holds: there sub is
+ * sub_coarse() of the offset, exact (one deadline a value) below 2**31 and
+ * ordered but shared by nearby deadlines above, where sort_exact orders
+ * each part and a part ends only where the sub changes (may_cut). */
+#define SUB_EXACT ((uint64_t)1 << 31)
+
+/* Monotone in u: u itself below 2**31; above, 6 bits of magnitude and the
+ * next 25 bits (a relative step of 2**-25), which fits in 32 bits. */
+static inline uint32_t sub_coarse(uint64_t u) {
+  if (u < SUB_EXACT)
+    return (uint32_t)u;
+  int e = 63 - __builtin_clzll(u); /* 31..63 */
+  return (uint32_t)(SUB_EXACT + ((uint64_t)(e - 31) << 25) + ((u >> (e - 25)) & ((1u << 25) - 1)));
+}
+
+/* Tick 0 orders by how far before the epoch, reversed; PAST_NS (delay
+ * -inf), 2**63 ns before it, is the only u with that magnitude. */
+#define SUB_PAST UINT32_C(0x3fffffff) /* UINT32_MAX - sub_coarse(2**63) */
+
 static inline void set_sub(core *c, HandleObject *h, pw_tick_t tick) {
   int64_t tick_ns = c->drv.tick_ns;
-  bool exact = tick != 0 && tick != PW_TICK_MAX && tick_ns <= ((int64_t)1 << 32);
-  h->node.sub = exact ? (uint32_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1) : 0;
+  if (tick == PW_TICK_MAX)
+    h->node.sub = 0;
+  else if (tick == 0)
+    h->node.sub = UINT32_MAX - sub_coarse((uint64_t)0 - (uint64_t)h->when_ns);
+  else if (tick_ns <= ((int64_t)1 << 32))
+    h->node.sub = (uint32_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1);
+  else
+    h->node.sub = sub_coarse((uint64_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1));
+}
+
+/* Whether one sub value stands for a single exact deadline of its tick. */
+static inline bool sub_exact(const core *c, pw_tick_t tick, uint32_t sub) {
+  if (tick == 0)
+    return sub >= SUB_EXACT || sub == SUB_PAST; /* UINT32_MAX - sub < SUB_EXACT */
+  return c->drv.tick_ns <= ((int64_t)1 << 32) || sub < SUB_EXACT;
+}
+
+/* The driver's may_cut: a part of a threaded wheel's expiry may end after
+ * `last` if every timer left in the wheel runs after it.  Those left are at
+ * or after `next` in (tick, sub, seq) order, so a later tick or a greater
+ * sub means a later exact deadline, and an equal sub that stands for one
+ * deadline means the same deadline, scheduled later. */
+static bool may_cut(const pw_timer *last, const pw_timer *next, void *arg) {
+  return last->deadline != next->deadline || last->sub != next->sub ||
+         sub_exact(arg, last->deadline, last->sub);
 }
 
 /* Files h on the tick of h->when_ns: links it, or, if it is linked
@@ -1174,10 +1215,10 @@ static core *core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
   core_register(c);
   if (!manual) {
     /* A large expiry is handed to the callbacks in parts of PW_CHUNK, the
-     * first as soon as it is gathered (see hook_run); set_sub makes a split
-     * inside a tick safe wherever it orders the tick. */
+     * first as soon as it is gathered (see hook_run); set_sub and may_cut
+     * say where a part may end inside a tick. */
     c->drv.chunk = PW_CHUNK;
-    c->drv.cut_ticks = tick_ns <= ((int64_t)1 << 32);
+    c->drv.may_cut = may_cut;
     atomic_fetch_add(&c->refs, 1); /* the thread's */
     if ((r = pw_driver_start(&c->drv))) {
       atomic_fetch_sub(&c->refs, 1);

@@ -60,7 +60,7 @@ int pw_driver_init(pw_driver *d, int64_t tick_ns, int64_t now_ns, const pw_drive
   d->tick_ns = tick_ns;
   d->sleep_until = 0;
   d->started = d->stop = d->exited = false;
-  d->batch_n = d->batch_pos = 0;
+  d->batch_n = d->batch_pos = d->batch_live = 0;
   d->batch_cap = BATCH_MIN;
   d->chunk = 0;
   d->may_cut = NULL;
@@ -158,6 +158,7 @@ bool pw_driver_batch_append_locked(pw_driver *d, pw_timer *t) {
   if (!batch_room(d, d->batch_n))
     return false;
   d->batch[d->batch_n++] = t;
+  d->batch_live++;
   return true;
 }
 
@@ -191,7 +192,7 @@ size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
       break;
     }
   }
-  d->batch_n = n;
+  d->batch_n = d->batch_live = n;
   d->batch_pos = 0;
   if (n) {
     d->batches++;

@@ -52,6 +52,10 @@ struct pw_driver {
    * the next collection. */
   pw_timer **batch;
   size_t batch_n, batch_pos, batch_cap;
+  /* Entries of batch[batch_pos..batch_n) still the owner's to run: set to
+   * the count by each collection and append, kept by the owner after (it
+   * knows which ones it gave up), so that nothing counts them by a scan. */
+  size_t batch_live;
   /* Set by the owner: a collection stops after at most `chunk` timers (0:
    * only at the soft maximum, at a tick boundary).  Inside a tick it stops
    * only between two timers `last` and `next` (next the first left in the

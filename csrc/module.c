@@ -35,7 +35,7 @@
  * core.running, closed and closed_why; core.owner (try-incref under a lock);
  * WheelObject.handler (a critical section); a ManualWheel's advancing (a
  * compare-and-swap), manual_ns, part_tick/part_min (readers under mu);
- * drv.batch_pos, which run_batch advances without mu; empty_ctx (follows
+ * drv.batch_pos and batch_live, which run_batch keeps without mu; empty_ctx (follows
  * from an exclusive runner); modstate.exited and the fail_alloc test hook.
  * Already safe: the registry and refs, the fork flags, the thread-locals,
  * tstate and waiting_for.
@@ -593,6 +593,8 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
   if (linked && h->node.deadline == c->part_tick && h->when_ns == c->part_min)
     c->part_tick = 0; /* the cached least deadline of that tick is gone */
+  if (!linked && c->running != h)
+    c->drv.batch_live--; /* pending, unlinked, not running: a batch entry */
   pw_driver_unlock(&c->drv);
   h->state = H_CANCELLED;
   /* `cancelled` counts schedulings that never ran; a repeating timer
@@ -626,6 +628,8 @@ static PyObject *handle_move(HandleObject *h, int64_t when_ns, bool overdue) {
   bool linked = pw_timer_linked(&h->node);
   if (linked && h->node.deadline == c->part_tick && h->when_ns == c->part_min)
     c->part_tick = 0;
+  if (!linked && h != c->running)
+    d->batch_live--; /* a batch entry: the wheel's again */
   h->when_ns = when_ns;
   h->overdue = overdue;
   link_locked(c, h); /* moved if linked: later is O(1), the handle alone */
@@ -896,6 +900,7 @@ static void batch_put_back(core *c) {
     }
   }
   d->batch_pos = to;
+  d->batch_live = 0;
   c->part_tick = 0; /* the tick caches do not know of what came back */
   pw_driver_unlock(d);
   for (size_t i = from; i < to; i++)
@@ -945,6 +950,7 @@ static Py_ssize_t run_batch(core *c) {
       Py_DECREF(h);
       continue;
     }
+    d->batch_live--;
     if (!h->overdue)
       record_lateness(c, now, h->when_ns);
     c->fired++;
@@ -1079,8 +1085,12 @@ static PyObject *closed_error(core *c) {
 }
 
 /* Handles pending now: in the wheel, or popped and not yet started. */
-static size_t pending_locked(core *c) {
-  size_t n = pw_wheel_count(&c->drv.wheel);
+static size_t pending_locked(core *c) { return pw_wheel_count(&c->drv.wheel) + c->drv.batch_live; }
+
+/* The unstarted batch entries counted the slow way, for the test hook
+ * that checks batch_live against it. */
+static size_t batch_live_scan_locked(core *c) {
+  size_t n = 0;
   for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
     n += batch_owns(c->drv.batch[i]);
   return n;
@@ -1123,6 +1133,7 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
       Py_INCREF(h);
     }
   }
+  d->batch_live = 0;
   /* A ManualWheel's set-aside batch has nobody left to drain it (a threaded
    * wheel's runner, or an advance() in progress, drains its own). */
   size_t drop_from = d->batch_pos, drop_to = d->batch_pos;
@@ -1444,6 +1455,19 @@ static int parse_schedule(const char *name, PyObject *const *args, Py_ssize_t na
 static long fail_alloc_countdown;
 
 static bool alloc_fails(void) { return fail_alloc_countdown > 0 && --fail_alloc_countdown == 0; }
+
+static PyObject *mod_batch_live(PyObject *m, PyObject *arg) {
+  modstate *st = PyModule_GetState(m);
+  if (!PyObject_TypeCheck(arg, st->wheel_type)) {
+    PyErr_SetString(PyExc_TypeError, "a Wheel or ManualWheel");
+    return NULL;
+  }
+  core *c = ((WheelObject *)arg)->core;
+  pw_driver_lock(&c->drv);
+  size_t kept = c->drv.batch_live, scanned = batch_live_scan_locked(c);
+  pw_driver_unlock(&c->drv);
+  return Py_BuildValue("(nn)", (Py_ssize_t)kept, (Py_ssize_t)scanned);
+}
 
 static PyObject *mod_fail_alloc_after(PyObject *Py_UNUSED(m), PyObject *arg) {
   long n = PyLong_AsLong(arg);
@@ -1881,12 +1905,7 @@ static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_
 }
 
 /* Whether set-aside timers wait to run: they are due now. */
-static bool leftovers_pending(core *c) {
-  for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
-    if (batch_owns(c->drv.batch[i]))
-      return true;
-  return false;
-}
+static bool leftovers_pending(core *c) { return c->drv.batch_live > 0; }
 
 /* Wheel time at which the next callback runs: its tick, or now if overdue. */
 static int64_t manual_next_ns(core *c) {
@@ -2187,6 +2206,7 @@ static PyObject *mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
     for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
       Py_DECREF(handle_of(c->drv.batch[i]));
     c->drv.batch_pos = c->drv.batch_n;
+    c->drv.batch_live = 0;
     if (c->thread_alive_at_fork)
       core_decref(c); /* the vanished thread's reference */
   }
@@ -2360,6 +2380,8 @@ static PyMethodDef module_methods[] = {
     {"_after_fork_child", mod_after_fork_child, METH_NOARGS, NULL},
     {"_fail_alloc_after", mod_fail_alloc_after, METH_O,
      "Test hook: make the n-th next handle allocation fail (0 disables)."},
+    {"_batch_live", mod_batch_live, METH_O,
+     "Test hook: (kept count, scanned count) of a wheel's unstarted batch entries."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -81,6 +81,7 @@ typedef struct {
       char node_head_[offsetof(pw_timer, owner)];
       uint8_t state; /* H_PENDING, H_DONE or H_CANCELLED */
       bool overdue;  /* scheduled for a time already past: no lateness recorded */
+      bool stock;    /* an event loop's: asyncio.TimerHandle's semantics (see handle_cancel) */
     };
   };
   PyObject *callback; /* NULL once it can never run again */
@@ -110,7 +111,8 @@ struct core {
   HandleObject *running; /* handle whose callback runs now, or NULL */
   PyObject *empty_ctx;   /* context entered for callbacks without one */
   bool manual, closed;
-  bool forked;          /* set in a forked child for the cores that existed at fork */
+  bool stock;  /* an event loop's wheel: its handles behave as asyncio's (see handle_cancel) */
+  bool forked; /* set in a forked child for the cores that existed at fork */
   bool fork_own_thread; /* ... and fork() was called on this core's wheel thread */
   bool thread_alive_at_fork;
   int thread_state_made;    /* 0 while the thread starts, then 1, or -1 if it could not */
@@ -585,9 +587,26 @@ static void handle_dealloc(HandleObject *h) {
   Py_DECREF(tp);
 }
 
+/*
+ * An event loop's handle (h->stock) keeps asyncio.TimerHandle's contract,
+ * which code written for the stock loop checks: cancel() returns None, and
+ * cancelled() is True once cancel() was called, even after the callback ran
+ * (or while it runs).  A Wheel's keeps the contract in DESIGN.md: True if
+ * this call stopped a future run, and cancelled() only then.  Either costs
+ * nothing per timer: the flag sits in the timer node's spare bytes.
+ */
+static PyObject *cancel_result(HandleObject *h, bool stopped) {
+  if (h->stock)
+    Py_RETURN_NONE;
+  return PyBool_FromLong(stopped);
+}
+
 static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
-  if (h->state != H_PENDING)
-    Py_RETURN_FALSE;
+  if (h->state != H_PENDING) {
+    if (h->stock)
+      h->state = H_CANCELLED; /* ran: nothing is counted, nothing to release */
+    return cancel_result(h, false);
+  }
   core *c = h->core;
   pw_driver_lock(&c->drv);
   bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
@@ -603,8 +622,11 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   if (c->running != h || linked) /* linked: a run moved by its own callback */
     c->cancelled++;
   handle_release(h); /* may run __del__ code: nothing of ours is read after */
+  bool stock = h->stock;
   if (linked)
     Py_DECREF(h); /* the wheel's reference; the caller still holds one */
+  if (stock)
+    Py_RETURN_NONE;
   Py_RETURN_TRUE;
 }
 
@@ -710,6 +732,28 @@ static PyObject *handle_repr(HandleObject *h) {
   return r;
 }
 
+/*
+ * Comparisons are asyncio.TimerHandle's: <, <=, >, >= by deadline (<= and
+ * >= also when equal), so that handles sort as the stock loop's do.  Two
+ * event-loop handles are == when asyncio's would be (deadline, callback,
+ * arguments and cancelled() equal; a handle that ran or was cancelled has
+ * let go of its callback) and hash by deadline as asyncio's do; a Wheel's
+ * handle is equal only to itself and hashes by identity, because
+ * reschedule() moves its deadline while it may sit in a set.
+ */
+static PyObject *handle_richcompare(PyObject *a, PyObject *b, int op);
+
+static Py_hash_t handle_hash(HandleObject *h) {
+  if (!h->stock)
+    return PyBaseObject_Type.tp_hash((PyObject *)h);
+  PyObject *when = PyFloat_FromDouble(ns_to_s(h->when_ns));
+  if (!when)
+    return -1;
+  Py_hash_t r = PyObject_Hash(when);
+  Py_DECREF(when);
+  return r;
+}
+
 static PyMethodDef handle_methods[] = {
     {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
      "cancel($self, /)\n--\n\nReturns bool. Stop the timer. True if this call stopped a future "
@@ -747,6 +791,8 @@ static PyGetSetDef handle_getset[] = {
 
 static PyType_Slot handle_slots[] = {
     {Py_tp_dealloc, handle_dealloc},
+    {Py_tp_richcompare, handle_richcompare},
+    {Py_tp_hash, handle_hash},
     {Py_tp_free, handle_free},
     {Py_tp_repr, handle_repr},
     {Py_tp_methods, handle_methods},
@@ -761,6 +807,58 @@ static PyType_Spec handle_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = handle_slots,
 };
+
+/* Whether both may be compared as objects that may be NULL (None). */
+static int equal_or_null(PyObject *x, PyObject *y) {
+  if (!x || !y)
+    return x == y;
+  return PyObject_RichCompareBool(x, y, Py_EQ);
+}
+
+static int handle_equal(HandleObject *x, HandleObject *y) {
+  if (x == y)
+    return 1;
+  if (!x->stock || !y->stock)
+    return 0;
+  if (x->when_ns != y->when_ns || (x->state == H_CANCELLED) != (y->state == H_CANCELLED))
+    return 0;
+  /* the comparisons run Python code: hold what they read */
+  PyObject *xc = Py_XNewRef(x->callback), *yc = Py_XNewRef(y->callback);
+  PyObject *xa = Py_XNewRef(x->args), *ya = Py_XNewRef(y->args);
+  int r = equal_or_null(xc, yc);
+  if (r > 0)
+    r = equal_or_null(xa, ya);
+  Py_XDECREF(xc);
+  Py_XDECREF(yc);
+  Py_XDECREF(xa);
+  Py_XDECREF(ya);
+  return r;
+}
+
+static PyObject *handle_richcompare(PyObject *a, PyObject *b, int op) {
+  PyTypeObject *tp = Py_TYPE(a);
+  if (!PyObject_TypeCheck(b, tp) && !PyObject_TypeCheck(a, Py_TYPE(b)))
+    Py_RETURN_NOTIMPLEMENTED;
+  HandleObject *x = (HandleObject *)a, *y = (HandleObject *)b;
+  int r;
+  switch (op) {
+  case Py_LT:
+    return PyBool_FromLong(x->when_ns < y->when_ns);
+  case Py_GT:
+    return PyBool_FromLong(x->when_ns > y->when_ns);
+  case Py_LE:
+  case Py_GE:
+    if (op == Py_LE ? x->when_ns < y->when_ns : x->when_ns > y->when_ns)
+      Py_RETURN_TRUE;
+    __attribute__((fallthrough)); /* or equal */
+  case Py_EQ:
+    r = handle_equal(x, y);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+  default: /* Py_NE */
+    r = handle_equal(x, y);
+    return r < 0 ? NULL : PyBool_FromLong(!r);
+  }
+}
 
 /* ------------------------------------------------------------------ */
 /* running a batch (GIL held)                                          */
@@ -1515,6 +1613,7 @@ static PyObject *schedule(WheelObject *self, int64_t when_ns, bool overdue, int6
   h->core = c;
   h->state = H_PENDING;
   h->overdue = overdue; /* lateness measures the wheel, not a deadline past already */
+  h->stock = c->stock && !interval_ns;
   /* The allocations above can start a collection whose __del__ code closes
    * the wheel: look again before linking. */
   if (c->closed) {
@@ -2055,6 +2154,11 @@ static PyObject *manual_collect_due(WheelObject *self, PyObject *const *args, Py
   return PyLong_FromSize_t(n);
 }
 
+static PyObject *manual_stock_handles(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  self->core->stock = true;
+  Py_RETURN_NONE;
+}
+
 static PyObject *manual_run_collected(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
   if (!manual_core(self) || check_not_advancing(self->core) < 0)
     return NULL;
@@ -2280,6 +2384,9 @@ static PyMethodDef manual_methods[] = {
      "collect_due($self, /, when)\n--\n\nReturns int. "
      "The first half of run_due(): move time to `when` and set aside every timer whose exact "
      "deadline is <= when; return how many are set aside.  cancel() still stops them."},
+    {"_stock_handles", (PyCFunction)manual_stock_handles, METH_NOARGS,
+     "For event loops: handles scheduled from now on behave as asyncio.TimerHandle "
+     "(cancel() returns None, cancelled() after a late cancel(), == and hash)."},
     {"run_collected", (PyCFunction)manual_run_collected, METH_NOARGS,
      "run_collected($self, /)\n--\n\nReturns int. "
      "The second half of run_due(): run the timers collect_due() set aside, in deadline "

@@ -64,6 +64,9 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
     def __init__(self, selector=None, *, tick: float = 0.001) -> None:
         super().__init__(selector)
         self._wheel = _core.ManualWheel(tick, start=max(0.0, self.time()))
+        # Its handles keep asyncio.TimerHandle's contract: cancel() returns
+        # None, cancelled() turns True on any cancel(), == and hash as asyncio.
+        self._wheel._stock_handles()
         # Not a bound method: loop -> wheel -> handler -> loop would leave
         # every loop to the garbage collector.
         self._wheel.set_exception_handler(_TimerErrorForwarder(self))

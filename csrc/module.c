@@ -757,10 +757,10 @@ static Py_hash_t handle_hash(HandleObject *h) {
 static PyMethodDef handle_methods[] = {
     {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
      "cancel($self, /)\n--\n\nReturns bool. Stop the timer. True if this call stopped a future "
-     "run."},
+     "run (an event loop's handle returns None, as asyncio.TimerHandle does)."},
     {"cancelled", (PyCFunction)handle_cancelled, METH_NOARGS,
      "cancelled($self, /)\n--\n\nReturns bool. True once cancel() succeeded or the wheel was "
-     "closed."},
+     "closed (an event loop's handle: once cancel() was called, as asyncio's)."},
     {"reschedule", (PyCFunction)(void (*)(void))handle_reschedule, METH_FASTCALL | METH_KEYWORDS,
      "reschedule($self, /, when)\n--\n\nReturns bool. Move the deadline to `when` (wheel "
      "clock seconds): True if a pending timer moved, False if it already started, ran, was "

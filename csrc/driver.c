@@ -60,10 +60,11 @@ int pw_driver_init(pw_driver *d, int64_t tick_ns, int64_t now_ns, const pw_drive
   d->tick_ns = tick_ns;
   d->sleep_until = 0;
   d->started = d->stop = d->exited = false;
-  d->batch_n = d->batch_pos = 0;
+  d->batch_n = d->batch_pos = d->batch_live = 0;
   d->batch_cap = BATCH_MIN;
   d->chunk = 0;
-  d->cut_ticks = d->more = false;
+  d->may_cut = NULL;
+  d->more = false;
   d->collect_to = 0;
   d->wakeups = d->batches = d->max_batch = 0;
   d->hooks = *hooks;
@@ -110,20 +111,45 @@ static bool batch_room(pw_driver *d, size_t n) {
   return true;
 }
 
+/* Whether the part may end between batch[i - 1] and `next`. */
+static bool cut_ok(pw_driver *d, size_t i, const pw_timer *next) {
+  return i > 0 && d->may_cut && d->may_cut(d->batch[i - 1], next, d->hooks.arg);
+}
+
+/* Ends a full part at the last point in batch[1..*n] where the owner allows
+ * a cut, given `next`, the first timer that would follow: the timers after
+ * that point (next last, then back to the cut) go back to the head of the
+ * expired list in their places, O(1) each.  False (nothing changed) if no
+ * point allows it.  The walk back is paid once per part. */
+static bool cut_back(pw_driver *d, size_t *n, pw_timer *next) {
+  size_t i = *n;
+  const pw_timer *after = next;
+  while (i > 0 && !cut_ok(d, i, after))
+    after = d->batch[--i];
+  if (i == 0)
+    return false;
+  pw_wheel_put(&d->wheel, next);
+  while (*n > i)
+    pw_wheel_put(&d->wheel, d->batch[--*n]);
+  return true;
+}
+
 /* Pops every expired timer into the batch.  False if it stopped early: the
- * array could not grow, or the chunk is full and the next timer's tick may
- * be split (its timers are in their final order, and it is not tick 0,
- * where deadlines before the clock's epoch share a tick); the rest stays
- * expired in the wheel for the next part. */
+ * array could not grow, or the chunk is full and the owner allows a cut
+ * (see may_cut); the rest stays expired in the wheel for the next part. */
 static bool pop_expired(pw_driver *d, size_t *n, size_t limit) {
   pw_wheel *w = &d->wheel;
-  pw_tick_t next;
-  while ((next = pw_wheel_next(w)) <= w->now) {
-    if (*n >= limit && d->cut_ticks && next > 0)
-      return false;
+  while (pw_wheel_next(w) <= w->now) {
     if (!batch_room(d, *n))
       return false;
-    d->batch[(*n)++] = pw_wheel_pop(w);
+    pw_timer *t = pw_wheel_pop(w);
+    if (*n == limit && cut_back(d, n, t))
+      return false;
+    if (*n > limit && cut_ok(d, *n, t)) { /* a tick that allowed no cut before */
+      pw_wheel_put(w, t);
+      return false;
+    }
+    d->batch[(*n)++] = t;
   }
   return true;
 }
@@ -132,6 +158,7 @@ bool pw_driver_batch_append_locked(pw_driver *d, pw_timer *t) {
   if (!batch_room(d, d->batch_n))
     return false;
   d->batch[d->batch_n++] = t;
+  d->batch_live++;
   return true;
 }
 
@@ -165,7 +192,7 @@ size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
       break;
     }
   }
-  d->batch_n = n;
+  d->batch_n = d->batch_live = n;
   d->batch_pos = 0;
   if (n) {
     d->batches++;

@@ -52,12 +52,20 @@ struct pw_driver {
    * the next collection. */
   pw_timer **batch;
   size_t batch_n, batch_pos, batch_cap;
-  /* Set by the owner: a collection stops after `chunk` timers (0: only at
-   * the soft maximum, at a tick boundary); it may stop inside a tick only
-   * if `cut_ticks` says the wheel hands each tick's timers out in the
-   * owner's final order (by their sub), so that a prefix can run first. */
+  /* Entries of batch[batch_pos..batch_n) still the owner's to run: set to
+   * the count by each collection and append, kept by the owner after (it
+   * knows which ones it gave up), so that nothing counts them by a scan. */
+  size_t batch_live;
+  /* Set by the owner: a collection stops after at most `chunk` timers (0:
+   * only at the soft maximum, at a tick boundary).  Inside a tick it stops
+   * only between two timers `last` and `next` (next the first left in the
+   * wheel) for which `may_cut(last, next, hooks.arg)` says that nothing
+   * left in the wheel comes before `last` in the owner's final order, so
+   * that the prefix can run first; it backs off to the last such point
+   * within the chunk, and only a tick with none there (NULL: every tick)
+   * makes a part longer than `chunk`, ending at the first such point. */
   size_t chunk;
-  bool cut_ticks;
+  bool (*may_cut)(const pw_timer *last, const pw_timer *next, void *arg);
   bool more;            /* the last collection stopped with timers due by `collect_to` left */
   pw_tick_t collect_to; /* the `now` of the last collection */
   uint64_t wakeups, batches, max_batch;

@@ -35,7 +35,7 @@
  * core.running, closed and closed_why; core.owner (try-incref under a lock);
  * WheelObject.handler (a critical section); a ManualWheel's advancing (a
  * compare-and-swap), manual_ns, part_tick/part_min (readers under mu);
- * drv.batch_pos, which run_batch advances without mu; empty_ctx (follows
+ * drv.batch_pos and batch_live, which run_batch keeps without mu; empty_ctx (follows
  * from an exclusive runner); modstate.exited and the fail_alloc test hook.
  * Already safe: the registry and refs, the fork flags, the thread-locals,
  * tstate and waiting_for.
@@ -81,6 +81,7 @@ typedef struct {
       char node_head_[offsetof(pw_timer, owner)];
       uint8_t state; /* H_PENDING, H_DONE or H_CANCELLED */
       bool overdue;  /* scheduled for a time already past: no lateness recorded */
+      bool stock;    /* an event loop's: asyncio.TimerHandle's semantics (see handle_cancel) */
     };
   };
   PyObject *callback; /* NULL once it can never run again */
@@ -110,7 +111,8 @@ struct core {
   HandleObject *running; /* handle whose callback runs now, or NULL */
   PyObject *empty_ctx;   /* context entered for callbacks without one */
   bool manual, closed;
-  bool forked;          /* set in a forked child for the cores that existed at fork */
+  bool stock;  /* an event loop's wheel: its handles behave as asyncio's (see handle_cancel) */
+  bool forked; /* set in a forked child for the cores that existed at fork */
   bool fork_own_thread; /* ... and fork() was called on this core's wheel thread */
   bool thread_alive_at_fork;
   int thread_state_made;    /* 0 while the thread starts, then 1, or -1 if it could not */
@@ -468,13 +470,54 @@ static inline pw_tick_t deadline_tick(core *c, int64_t ns) {
 /* The wheel orders one tick's timers by `sub` before their scheduling
  * order: the exact deadline's offset within its tick (when - tick_ns < ns
  * <= when) gives the exact-deadline order asyncio uses, so the wheel hands a
- * tick's timers out in their final order.  Tick 0 (deadlines at or before
- * the clock's epoch) and ticks longer than 2**32 ns are left to sort_exact
- * and are never split (see core_new). */
+ * tick's timers out in their final order and a part may end anywhere.
+ * Tick 0 (every deadline at or before the clock's epoch) and ticks longer
+ * than 2**32 ns have more offsets than a sub holds: there sub is
+ * sub_coarse() of the offset, exact (one deadline a value) below 2**31 and
+ * ordered but shared by nearby deadlines above, where sort_exact orders
+ * each part and a part ends only where the sub changes (may_cut). */
+#define SUB_EXACT ((uint64_t)1 << 31)
+
+/* Monotone in u: u itself below 2**31; above, 6 bits of magnitude and the
+ * next 25 bits (a relative step of 2**-25), which fits in 32 bits. */
+static inline uint32_t sub_coarse(uint64_t u) {
+  if (u < SUB_EXACT)
+    return (uint32_t)u;
+  int e = 63 - __builtin_clzll(u); /* 31..63 */
+  return (uint32_t)(SUB_EXACT + ((uint64_t)(e - 31) << 25) + ((u >> (e - 25)) & ((1u << 25) - 1)));
+}
+
+/* Tick 0 orders by how far before the epoch, reversed; PAST_NS (delay
+ * -inf), 2**63 ns before it, is the only u with that magnitude. */
+#define SUB_PAST UINT32_C(0x3fffffff) /* UINT32_MAX - sub_coarse(2**63) */
+
 static inline void set_sub(core *c, HandleObject *h, pw_tick_t tick) {
   int64_t tick_ns = c->drv.tick_ns;
-  bool exact = tick != 0 && tick != PW_TICK_MAX && tick_ns <= ((int64_t)1 << 32);
-  h->node.sub = exact ? (uint32_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1) : 0;
+  if (tick == PW_TICK_MAX)
+    h->node.sub = 0;
+  else if (tick == 0)
+    h->node.sub = UINT32_MAX - sub_coarse((uint64_t)0 - (uint64_t)h->when_ns);
+  else if (tick_ns <= ((int64_t)1 << 32))
+    h->node.sub = (uint32_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1);
+  else
+    h->node.sub = sub_coarse((uint64_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1));
+}
+
+/* Whether one sub value stands for a single exact deadline of its tick. */
+static inline bool sub_exact(const core *c, pw_tick_t tick, uint32_t sub) {
+  if (tick == 0)
+    return sub >= SUB_EXACT || sub == SUB_PAST; /* UINT32_MAX - sub < SUB_EXACT */
+  return c->drv.tick_ns <= ((int64_t)1 << 32) || sub < SUB_EXACT;
+}
+
+/* The driver's may_cut: a part of a threaded wheel's expiry may end after
+ * `last` if every timer left in the wheel runs after it.  Those left are at
+ * or after `next` in (tick, sub, seq) order, so a later tick or a greater
+ * sub means a later exact deadline, and an equal sub that stands for one
+ * deadline means the same deadline, scheduled later. */
+static bool may_cut(const pw_timer *last, const pw_timer *next, void *arg) {
+  return last->deadline != next->deadline || last->sub != next->sub ||
+         sub_exact(arg, last->deadline, last->sub);
 }
 
 /* Files h on the tick of h->when_ns: links it, or, if it is linked
@@ -688,14 +731,33 @@ static void handle_dealloc(HandleObject *h) {
   Py_DECREF(tp);
 }
 
+/*
+ * An event loop's handle (h->stock) keeps asyncio.TimerHandle's contract,
+ * which code written for the stock loop checks: cancel() returns None, and
+ * cancelled() is True once cancel() was called, even after the callback ran
+ * (or while it runs).  A Wheel's keeps the contract in DESIGN.md: True if
+ * this call stopped a future run, and cancelled() only then.  Either costs
+ * nothing per timer: the flag sits in the timer node's spare bytes.
+ */
+static PyObject *cancel_result(HandleObject *h, bool stopped) {
+  if (h->stock)
+    Py_RETURN_NONE;
+  return PyBool_FromLong(stopped);
+}
+
 static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
-  if (h->state != H_PENDING)
-    Py_RETURN_FALSE;
+  if (h->state != H_PENDING) {
+    if (h->stock)
+      h->state = H_CANCELLED; /* ran: nothing is counted, nothing to release */
+    return cancel_result(h, false);
+  }
   core *c = h->core;
   pw_driver_lock(&c->drv);
   bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
   if (linked && h->node.deadline == c->part_tick && h->when_ns == c->part_min)
     c->part_tick = 0; /* the cached least deadline of that tick is gone */
+  if (!linked && c->running != h)
+    c->drv.batch_live--; /* pending, unlinked, not running: a batch entry */
   pw_driver_unlock(&c->drv);
   h->state = H_CANCELLED;
   /* `cancelled` counts schedulings that never ran; a repeating timer
@@ -704,8 +766,11 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   if (c->running != h || linked) /* linked: a run moved by its own callback */
     c->cancelled++;
   handle_release(h); /* may run __del__ code: nothing of ours is read after */
+  bool stock = h->stock;
   if (linked)
     Py_DECREF(h); /* the wheel's reference; the caller still holds one */
+  if (stock)
+    Py_RETURN_NONE;
   Py_RETURN_TRUE;
 }
 
@@ -729,6 +794,8 @@ static PyObject *handle_move(HandleObject *h, int64_t when_ns, bool overdue) {
   bool linked = pw_timer_linked(&h->node);
   if (linked && h->node.deadline == c->part_tick && h->when_ns == c->part_min)
     c->part_tick = 0;
+  if (!linked && h != c->running)
+    d->batch_live--; /* a batch entry: the wheel's again */
   h->when_ns = when_ns;
   h->overdue = overdue;
   link_locked(c, h); /* moved if linked: later is O(1), the handle alone */
@@ -809,13 +876,35 @@ static PyObject *handle_repr(HandleObject *h) {
   return r;
 }
 
+/*
+ * Comparisons are asyncio.TimerHandle's: <, <=, >, >= by deadline (<= and
+ * >= also when equal), so that handles sort as the stock loop's do.  Two
+ * event-loop handles are == when asyncio's would be (deadline, callback,
+ * arguments and cancelled() equal; a handle that ran or was cancelled has
+ * let go of its callback) and hash by deadline as asyncio's do; a Wheel's
+ * handle is equal only to itself and hashes by identity, because
+ * reschedule() moves its deadline while it may sit in a set.
+ */
+static PyObject *handle_richcompare(PyObject *a, PyObject *b, int op);
+
+static Py_hash_t handle_hash(HandleObject *h) {
+  if (!h->stock)
+    return PyBaseObject_Type.tp_hash((PyObject *)h);
+  PyObject *when = PyFloat_FromDouble(ns_to_s(h->when_ns));
+  if (!when)
+    return -1;
+  Py_hash_t r = PyObject_Hash(when);
+  Py_DECREF(when);
+  return r;
+}
+
 static PyMethodDef handle_methods[] = {
     {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
      "cancel($self, /)\n--\n\nReturns bool. Stop the timer. True if this call stopped a future "
-     "run."},
+     "run (an event loop's handle returns None, as asyncio.TimerHandle does)."},
     {"cancelled", (PyCFunction)handle_cancelled, METH_NOARGS,
      "cancelled($self, /)\n--\n\nReturns bool. True once cancel() succeeded or the wheel was "
-     "closed."},
+     "closed (an event loop's handle: once cancel() was called, as asyncio's)."},
     {"reschedule", (PyCFunction)(void (*)(void))handle_reschedule, METH_FASTCALL | METH_KEYWORDS,
      "reschedule($self, /, when)\n--\n\nReturns bool. Move the deadline to `when` (wheel "
      "clock seconds): True if a pending timer moved, False if it already started, ran, was "
@@ -846,6 +935,8 @@ static PyGetSetDef handle_getset[] = {
 
 static PyType_Slot handle_slots[] = {
     {Py_tp_dealloc, handle_dealloc},
+    {Py_tp_richcompare, handle_richcompare},
+    {Py_tp_hash, handle_hash},
     {Py_tp_free, handle_free},
     {Py_tp_repr, handle_repr},
     {Py_tp_methods, handle_methods},
@@ -860,6 +951,58 @@ static PyType_Spec handle_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = handle_slots,
 };
+
+/* Whether both may be compared as objects that may be NULL (None). */
+static int equal_or_null(PyObject *x, PyObject *y) {
+  if (!x || !y)
+    return x == y;
+  return PyObject_RichCompareBool(x, y, Py_EQ);
+}
+
+static int handle_equal(HandleObject *x, HandleObject *y) {
+  if (x == y)
+    return 1;
+  if (!x->stock || !y->stock)
+    return 0;
+  if (x->when_ns != y->when_ns || (x->state == H_CANCELLED) != (y->state == H_CANCELLED))
+    return 0;
+  /* the comparisons run Python code: hold what they read */
+  PyObject *xc = Py_XNewRef(x->callback), *yc = Py_XNewRef(y->callback);
+  PyObject *xa = Py_XNewRef(x->args), *ya = Py_XNewRef(y->args);
+  int r = equal_or_null(xc, yc);
+  if (r > 0)
+    r = equal_or_null(xa, ya);
+  Py_XDECREF(xc);
+  Py_XDECREF(yc);
+  Py_XDECREF(xa);
+  Py_XDECREF(ya);
+  return r;
+}
+
+static PyObject *handle_richcompare(PyObject *a, PyObject *b, int op) {
+  PyTypeObject *tp = Py_TYPE(a);
+  if (!PyObject_TypeCheck(b, tp) && !PyObject_TypeCheck(a, Py_TYPE(b)))
+    Py_RETURN_NOTIMPLEMENTED;
+  HandleObject *x = (HandleObject *)a, *y = (HandleObject *)b;
+  int r;
+  switch (op) {
+  case Py_LT:
+    return PyBool_FromLong(x->when_ns < y->when_ns);
+  case Py_GT:
+    return PyBool_FromLong(x->when_ns > y->when_ns);
+  case Py_LE:
+  case Py_GE:
+    if (op == Py_LE ? x->when_ns < y->when_ns : x->when_ns > y->when_ns)
+      Py_RETURN_TRUE;
+    __attribute__((fallthrough)); /* or equal */
+  case Py_EQ:
+    r = handle_equal(x, y);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+  default: /* Py_NE */
+    r = handle_equal(x, y);
+    return r < 0 ? NULL : PyBool_FromLong(!r);
+  }
+}
 
 /* ------------------------------------------------------------------ */
 /* running a batch (GIL held)                                          */
@@ -999,6 +1142,7 @@ static void batch_put_back(core *c) {
     }
   }
   d->batch_pos = to;
+  d->batch_live = 0;
   c->part_tick = 0; /* the tick caches do not know of what came back */
   pw_driver_unlock(d);
   for (size_t i = from; i < to; i++)
@@ -1048,6 +1192,7 @@ static Py_ssize_t run_batch(core *c) {
       Py_DECREF(h);
       continue;
     }
+    d->batch_live--;
     if (!h->overdue)
       record_lateness(c, now, h->when_ns);
     c->fired++;
@@ -1182,8 +1327,12 @@ static PyObject *closed_error(core *c) {
 }
 
 /* Handles pending now: in the wheel, or popped and not yet started. */
-static size_t pending_locked(core *c) {
-  size_t n = pw_wheel_count(&c->drv.wheel);
+static size_t pending_locked(core *c) { return pw_wheel_count(&c->drv.wheel) + c->drv.batch_live; }
+
+/* The unstarted batch entries counted the slow way, for the test hook
+ * that checks batch_live against it. */
+static size_t batch_live_scan_locked(core *c) {
+  size_t n = 0;
   for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
     n += batch_owns(c->drv.batch[i]);
   return n;
@@ -1226,6 +1375,7 @@ static PyObject *close_core(core *c, const char *why, bool want_list) {
       Py_INCREF(h);
     }
   }
+  d->batch_live = 0;
   /* A ManualWheel's set-aside batch has nobody left to drain it (a threaded
    * wheel's runner, or an advance() in progress, drains its own). */
   size_t drop_from = d->batch_pos, drop_to = d->batch_pos;
@@ -1318,10 +1468,10 @@ static core *core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
   core_register(c);
   if (!manual) {
     /* A large expiry is handed to the callbacks in parts of PW_CHUNK, the
-     * first as soon as it is gathered (see hook_run); set_sub makes a split
-     * inside a tick safe wherever it orders the tick. */
+     * first as soon as it is gathered (see hook_run); set_sub and may_cut
+     * say where a part may end inside a tick. */
     c->drv.chunk = PW_CHUNK;
-    c->drv.cut_ticks = tick_ns <= ((int64_t)1 << 32);
+    c->drv.may_cut = may_cut;
     atomic_fetch_add(&c->refs, 1); /* the thread's */
     if ((r = pw_driver_start(&c->drv))) {
       atomic_fetch_sub(&c->refs, 1);
@@ -1548,6 +1698,19 @@ static long fail_alloc_countdown;
 
 static bool alloc_fails(void) { return fail_alloc_countdown > 0 && --fail_alloc_countdown == 0; }
 
+static PyObject *mod_batch_live(PyObject *m, PyObject *arg) {
+  modstate *st = PyModule_GetState(m);
+  if (!PyObject_TypeCheck(arg, st->wheel_type)) {
+    PyErr_SetString(PyExc_TypeError, "a Wheel or ManualWheel");
+    return NULL;
+  }
+  core *c = ((WheelObject *)arg)->core;
+  pw_driver_lock(&c->drv);
+  size_t kept = c->drv.batch_live, scanned = batch_live_scan_locked(c);
+  pw_driver_unlock(&c->drv);
+  return Py_BuildValue("(nn)", (Py_ssize_t)kept, (Py_ssize_t)scanned);
+}
+
 static PyObject *mod_fail_alloc_after(PyObject *Py_UNUSED(m), PyObject *arg) {
   long n = PyLong_AsLong(arg);
   if (n == -1 && PyErr_Occurred())
@@ -1594,6 +1757,7 @@ static PyObject *schedule(WheelObject *self, int64_t when_ns, bool overdue, int6
   h->core = c;
   h->state = H_PENDING;
   h->overdue = overdue; /* lateness measures the wheel, not a deadline past already */
+  h->stock = c->stock && !interval_ns;
   /* The allocations above can start a collection whose __del__ code closes
    * the wheel: look again before linking. */
   if (c->closed) {
@@ -2016,12 +2180,7 @@ static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_
 }
 
 /* Whether set-aside timers wait to run: they are due now. */
-static bool leftovers_pending(core *c) {
-  for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
-    if (batch_owns(c->drv.batch[i]))
-      return true;
-  return false;
-}
+static bool leftovers_pending(core *c) { return c->drv.batch_live > 0; }
 
 /* Wheel time at which the next callback runs: its tick, or now if overdue. */
 static int64_t manual_next_ns(core *c) {
@@ -2182,6 +2341,11 @@ static PyObject *manual_collect_due(WheelObject *self, PyObject *const *args, Py
   return PyLong_FromSize_t(n);
 }
 
+static PyObject *manual_stock_handles(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  self->core->stock = true;
+  Py_RETURN_NONE;
+}
+
 static PyObject *manual_run_collected(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
   if (!manual_core(self) || check_not_advancing(self->core) < 0)
     return NULL;
@@ -2333,6 +2497,7 @@ static PyObject *mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
     for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
       Py_DECREF(handle_of(c->drv.batch[i]));
     c->drv.batch_pos = c->drv.batch_n;
+    c->drv.batch_live = 0;
     if (c->thread_alive_at_fork)
       core_decref(c); /* the vanished thread's reference */
   }
@@ -2406,6 +2571,9 @@ static PyMethodDef manual_methods[] = {
      "collect_due($self, /, when)\n--\n\nReturns int. "
      "The first half of run_due(): move time to `when` and set aside every timer whose exact "
      "deadline is <= when; return how many are set aside.  cancel() still stops them."},
+    {"_stock_handles", (PyCFunction)manual_stock_handles, METH_NOARGS,
+     "For event loops: handles scheduled from now on behave as asyncio.TimerHandle "
+     "(cancel() returns None, cancelled() after a late cancel(), == and hash)."},
     {"run_collected", (PyCFunction)manual_run_collected, METH_NOARGS,
      "run_collected($self, /)\n--\n\nReturns int. "
      "The second half of run_due(): run the timers collect_due() set aside, in deadline "
@@ -2506,6 +2674,8 @@ static PyMethodDef module_methods[] = {
     {"_after_fork_child", mod_after_fork_child, METH_NOARGS, NULL},
     {"_fail_alloc_after", mod_fail_alloc_after, METH_O,
      "Test hook: make the n-th next handle allocation fail (0 disables)."},
+    {"_batch_live", mod_batch_live, METH_O,
+     "Test hook: (kept count, scanned count) of a wheel's unstarted batch entries."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -74,6 +74,9 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         # start), so a refused argument raises before a selector or a
         # self-pipe exists that __del__ would have to clean up.
         self._wheel = _core.ManualWheel(tick, start=max(0.0, self.time()))
+        # Its handles keep asyncio.TimerHandle's contract: cancel() returns
+        # None, cancelled() turns True on any cancel(), == and hash as asyncio.
+        self._wheel._stock_handles()
         try:
             super().__init__(selector)
         except BaseException:

@@ -368,18 +368,38 @@ static int parse_seconds(PyObject *o, const char *what, int64_t *exact, double *
   return 0;
 }
 
-/*
- * Seconds to nanoseconds, for every time and span the module takes.  An
- * integer is exact.  Any other number becomes the least count of
- * nanoseconds that reads, in s_of_ns, at least as late as the float the
- * caller passed: then `time() >= when` holds once the clock reached the
- * deadline, whatever float the program compares (rounding to the nearest
- * count could land below it, and a program that re-arms until its
- * comparison holds would wait on a clock that never moves on).  A float
- * that is a whole number of nanoseconds, as every when() and time() is,
- * maps to that count.  +-inf to NEVER_NS / PAST_NS.
- */
+/* A span (a delay, interval, tick, advance(), close()'s timeout) to
+ * nanoseconds: an integer exactly, any other number rounded to the nearest
+ * nanosecond; +-inf to NEVER_NS / PAST_NS. */
 static int seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
+  double d;
+  int r = parse_seconds(o, what, out, &d);
+  if (r != 0)
+    return r < 0 ? -1 : 0;
+  if (isinf(d)) {
+    *out = d > 0 ? NEVER_NS : PAST_NS;
+    return 0;
+  }
+  d = nearbyint(d * 1e9);
+  /* 2**63 is exact as a double; the largest double below it fits an int64
+   * and stays below NEVER_NS, and symmetrically above PAST_NS + 1. */
+  if (d >= 9223372036854775808.0 || d <= -9223372036854775808.0)
+    return out_of_range(what);
+  *out = (int64_t)d;
+  return 0;
+}
+
+/*
+ * A time (a deadline: call_at, reschedule, a ManualWheel's start) to
+ * nanoseconds.  An integer is exact.  Any other number becomes the least
+ * count of nanoseconds that reads, in s_of_ns, at least as late as the float
+ * the caller passed: then `time() >= when` holds once the clock reached the
+ * deadline, whatever float the program compares (the nearest count can read
+ * below it, and a program that re-arms until its comparison holds would wait
+ * on a virtual clock that never moves on).  A float that is a whole number
+ * of nanoseconds, as every when() and time() is, maps to that count.
+ */
+static int time_to_ns(PyObject *o, const char *what, int64_t *out) {
   double d;
   int r = parse_seconds(o, what, out, &d);
   if (r != 0)
@@ -814,7 +834,7 @@ static PyObject *handle_reschedule(HandleObject *h, PyObject *const *args, Py_ss
                                    PyObject *kwnames) {
   PyObject *arg = one_arg("reschedule", "when", args, nargs, kwnames);
   int64_t when;
-  if (!arg || seconds_to_ns(arg, "when", &when) < 0)
+  if (!arg || time_to_ns(arg, "when", &when) < 0)
     return NULL;
   if (h->state != H_PENDING) /* looked at after the conversion ran */
     Py_RETURN_FALSE;
@@ -1511,7 +1531,7 @@ static PyObject *wheel_make(PyTypeObject *type, PyObject *args, PyObject *kw, bo
                                       "of at least one nanosecond");
     return NULL;
   }
-  if (start_o && seconds_to_ns(start_o, "start", &start_ns) < 0)
+  if (start_o && time_to_ns(start_o, "start", &start_ns) < 0)
     return NULL;
   if (start_ns < 0 || start_ns == NEVER_NS) {
     PyErr_SetString(PyExc_ValueError, "start must be a finite number of seconds >= 0");
@@ -1791,7 +1811,7 @@ static PyObject *wheel_call_at(WheelObject *self, PyObject *const *args, Py_ssiz
   PyObject *context;
   int64_t when;
   if (parse_schedule("call_at", args, nargs, kwnames, NULL, &context) < 0 ||
-      seconds_to_ns(args[0], "when", &when) < 0)
+      time_to_ns(args[0], "when", &when) < 0)
     return NULL;
   return schedule(self, when, when < core_now_ns(self->core), 0, args, nargs, context);
 }

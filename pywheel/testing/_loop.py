@@ -23,6 +23,7 @@ from asyncio import tasks as _tasks
 from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
+from . import _clocks
 from ._timing import Timing, callback_site, task_site
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
@@ -156,6 +157,11 @@ class VirtualEventLoop(WheelEventLoop):
     (after one last ``autojump_threshold`` wait for threads it cannot see).
 
     ``timing``: a ``Timing`` (see ``timings()``) perturbing the run.
+
+    ``clocks`` (default True): while the loop runs, ``time.monotonic()``,
+    ``perf_counter()``, ``time.time()`` (and their ``_ns`` twins) called on
+    its thread advance with its virtual time; other threads see real time
+    (see ``pywheel.testing._clocks``).  False: they stay real.
     """
 
     # Until BaseEventLoop.__init__ runs: a loop whose arguments were refused
@@ -171,8 +177,11 @@ class VirtualEventLoop(WheelEventLoop):
         timing: Timing | None = None,
         limit: float | None = None,
         autojump_threshold: float = DEFAULT_AUTOJUMP_THRESHOLD,
+        clocks: bool = True,
     ) -> None:
         start = _check_seconds("start", start)
+        if not isinstance(clocks, bool):
+            raise TypeError(f"clocks must be True or False, not {type(clocks).__name__}")
         if timing is not None and not isinstance(timing, Timing):
             raise TypeError(
                 f"timing must be a pywheel.testing.Timing (from timings()), "
@@ -192,6 +201,7 @@ class VirtualEventLoop(WheelEventLoop):
         self._max_late = self._max_cost = 0.0
         self._fatal: BaseException | None = None
         self._limit_hit = False
+        self._clocks = _clocks.Clocks(self) if clocks else None
         if timing is not None:
             # Refused here, before a selector exists: a refused loop leaves
             # nothing to close (no ResourceWarning).
@@ -255,6 +265,12 @@ class VirtualEventLoop(WheelEventLoop):
     @property
     def timing(self) -> Timing | None:
         return self._timing
+
+    @property
+    def clocks(self) -> bool:
+        """Whether the ``time`` module's clocks follow this loop's virtual
+        time on its thread while it runs (see ``clocks=``)."""
+        return self._clocks is not None
 
     def _jump(self, target: float) -> None:
         """Nothing ready, no I/O: wake at the next timer (late, with a Timing)."""
@@ -415,7 +431,15 @@ class VirtualEventLoop(WheelEventLoop):
     def run_forever(self) -> None:
         if self._timing is not None:
             self._timing._started(self)
-        super().run_forever()
+        clocks = self._clocks
+        if clocks is None:
+            super().run_forever()
+        else:
+            previous = _clocks.enter(clocks)
+            try:
+                super().run_forever()
+            finally:
+                _clocks.leave(clocks, previous)
         fatal = self._fatal
         if fatal is not None:
             self._fatal = None  # raised once; cleanup then runs punctually
@@ -508,6 +532,7 @@ def run(
     timing: Timing | None = None,
     limit: float | None = None,
     autojump_threshold: float = DEFAULT_AUTOJUMP_THRESHOLD,
+    clocks: bool = True,
     debug: bool | None = None,
 ):
     """``asyncio.run(main)`` on virtual time; returns ``main``'s result."""
@@ -520,6 +545,7 @@ def run(
             timing=timing,
             limit=limit,
             autojump_threshold=autojump_threshold,
+            clocks=clocks,
         )
     except BaseException:
         if asyncio.iscoroutine(main):

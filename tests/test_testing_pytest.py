@@ -47,8 +47,10 @@ def test_plain_sync_test_untouched():
 """
 
 PYTEST_ASYNCIO_CONFTEST = """
+import pytest
 import pywheel.testing
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_asyncio_loop_factories(config, item):
     return {"virtual": pywheel.testing.new_event_loop}
 """

@@ -428,6 +428,14 @@ class VirtualEventLoop(WheelEventLoop):
             self._fatal = exc
         self.stop()
 
+    def run_until_complete(self, future):
+        start = self._vtime
+        try:
+            return super().run_until_complete(future)
+        except Exception as exc:
+            _note_virtual_time(exc, start, self._vtime)
+            raise
+
     def run_forever(self) -> None:
         if self._timing is not None:
             self._timing._started(self)
@@ -478,6 +486,24 @@ class VirtualEventLoop(WheelEventLoop):
             f"<{type(self).__name__} t={self._vtime!r} running={self.is_running()} "
             f"closed={self.is_closed()}>"
         )
+
+
+_NOTE = "pywheel.testing: the run "
+
+
+def _note_virtual_time(exc: BaseException, start: float, now: float) -> None:
+    """A failure's report says when, on virtual time, the run ended (PEP 678
+    note: pytest and the traceback module print it).  Not for the loop's own
+    errors, whose message already says, nor twice for one exception."""
+    if isinstance(exc, VirtualTimeError):
+        return
+    notes = getattr(exc, "__notes__", None)
+    if notes and any(isinstance(n, str) and n.startswith(_NOTE) for n in notes):
+        return
+    try:
+        exc.add_note(f"{_NOTE}ended at virtual time t={now!r} (it started at t={start!r})")
+    except Exception:  # an exception type that refuses notes: report it as it is
+        pass
 
 
 def new_event_loop(**kwargs: Any) -> VirtualEventLoop:
@@ -539,6 +565,15 @@ def run(
     # Checked before the Runner exists, so a bad argument leaves no
     # un-awaited coroutine behind without saying why.
     try:
+        running = _events._get_running_loop()
+        if running is not None:
+            raise RuntimeError(
+                f"pywheel.testing.run() cannot be called while an event loop is running "
+                f"in this thread ({running!r}): it starts a virtual-time loop of its own. "
+                f"In async code, await the coroutine; in a test, make the test a plain "
+                f"def that calls run(), or mark the async def test with "
+                f"@pytest.mark.virtual_time"
+            )
         loop = VirtualEventLoop(
             start=start,
             tick=tick,

@@ -13,8 +13,10 @@ It imports neither hypothesis, pytest-asyncio nor anyio.  To run tests of
 those plugins on virtual time, give them the loop factory (README, "Testing
 code that depends on time"):
 
-- pytest-asyncio: ``def pytest_asyncio_loop_factories(config, item): return
-  {"virtual": pywheel.testing.new_event_loop}`` in a conftest.py;
+- pytest-asyncio: ``@pytest.hookimpl(optionalhook=True) def
+  pytest_asyncio_loop_factories(config, item): return {"virtual":
+  pywheel.testing.new_event_loop}`` in a conftest.py (optionalhook: the
+  conftest still loads in a run without pytest-asyncio);
 - anyio: an ``anyio_backend`` fixture returning
   ``("asyncio", {"loop_factory": pywheel.testing.new_event_loop})``.
 """

@@ -140,3 +140,25 @@ def test_after_the_work_the_clock_jumps_again():
 
     t, real = vt.run(main())
     assert t == 3600.0 and real < 30
+
+
+def test_a_new_thread_is_seen_after_an_older_one_ended():
+    # The loop knows the threads alive when it first ran; one of them ends,
+    # then the program starts another (which may reuse its ident).
+    older = threading.Thread(target=time.sleep, args=(0.2,))
+    older.start()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        while older.is_alive():
+            await asyncio.sleep(0.01)
+        fut = loop.create_future()
+
+        def worker():
+            time.sleep(1.3)
+            loop.call_soon_threadsafe(fut.set_result, "seen")
+
+        threading.Thread(target=worker).start()
+        return await fut
+
+    assert vt.run(main()) == "seen"

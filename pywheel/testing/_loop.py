@@ -229,7 +229,7 @@ class VirtualEventLoop(WheelEventLoop):
         self._tick = tick
         self._jobs = 0
         self._outside: set = set()  # testing.outside() blocks (any thread)
-        self._known_threads: set | None = None  # alive when the loop first ran
+        self._known_threads: weakref.WeakSet | None = None  # alive when it first ran
         self._subprocesses: weakref.WeakSet = weakref.WeakSet()
         self._timing: Timing | None = None
         self._max_late = self._max_cost = 0.0
@@ -364,13 +364,16 @@ class VirtualEventLoop(WheelEventLoop):
         Python only knows as a dummy): it may deliver into the loop
         (call_soon_threadsafe), so it is waited for as a socket is."""
         known = self._known_threads
-        if known is None or _threading.active_count() <= len(known):
+        if known is None or _threading.active_count() <= 1:
             return False
+        # Thread objects, not idents: a new thread may reuse a dead one's
+        # ident, and a known thread may have died since (so counting the
+        # threads cannot stand in for this walk).
         workers = _executor_workers()
         me = _threading.get_ident()
         for t in _threading.enumerate():
             if (
-                t.ident not in known
+                t not in known
                 and t.ident != me
                 and not isinstance(t, _threading._DummyThread)
                 and t not in workers
@@ -502,7 +505,7 @@ class VirtualEventLoop(WheelEventLoop):
 
     def run_forever(self) -> None:
         if self._known_threads is None:
-            self._known_threads = {t.ident for t in _threading.enumerate()}
+            self._known_threads = weakref.WeakSet(_threading.enumerate())
         if self._timing is not None:
             self._timing._started(self)
         clocks = self._clocks

@@ -10,6 +10,7 @@
   wakes late, callbacks take time, the outside world answers late), shrink
   toward the punctual run and replay exactly.
 - ``call_external`` / ``latency``: events that stand for the outside world.
+- ``outside()``: declares work on another thread the loop must wait for.
 - A pytest plugin (``virtual_loop`` fixture, ``@pytest.mark.virtual_time``),
   registered through the ``pytest11`` entry point.
 
@@ -29,6 +30,7 @@ from ._loop import (
     VirtualEventLoop,
     VirtualTimeError,
     new_event_loop,
+    outside,
     run,
 )
 from ._timing import Timing, _user_frame, callback_site, timings
@@ -56,6 +58,7 @@ __all__ = [
     "call_external",
     "latency",
     "new_event_loop",
+    "outside",
     "run",
     "timings",
 ]

@@ -17,16 +17,19 @@ import functools
 import heapq
 import itertools
 import math
+import threading as _threading
 import weakref
 from asyncio import events as _events
 from asyncio import tasks as _tasks
 from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
+from . import _clocks
 from ._timing import Timing, callback_site, task_site
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
     "DeadlockError",
+    "outside",
     "TimeLimitError",
     "VirtualEventLoop",
     "VirtualTimeError",
@@ -36,6 +39,9 @@ __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr_
 
 #: Real seconds the loop waits for outstanding real work before jumping.
 DEFAULT_AUTOJUMP_THRESHOLD = 0.05
+
+#: The longest one real wait for work on another thread (then re-checked).
+_MAX_WAIT = 24 * 3600
 
 #: The timer-owner heap (a Timing with max_late) is compacted past this size.
 _COMPACT_MIN = 64
@@ -93,20 +99,43 @@ class _VirtualSelector:
         events = sel.select(0)
         if events:
             return events
-        outstanding = loop._outstanding()
-        if outstanding:
-            wait = loop._autojump_threshold
-            events = sel.select(None if wait == math.inf else wait)
+        threshold = loop._autojump_threshold
+        # busy: work handed to another thread (an executor or to_thread job,
+        # a testing.outside() block); fds: sockets, pipes, child processes;
+        # threads: a thread the program started since the loop first ran.
+        busy = loop._jobs > 0 or bool(loop._outside)
+        fds = loop._outstanding()
+        threads = loop._new_threads_alive()
+        target = loop._next_timer()
+        if busy and threshold > 0:
+            # The clock may not run ahead of the thread's work: wait for it,
+            # in real time, as long as the next timer is away in virtual time
+            # (at least the threshold), then jump.
+            if target is None or threshold == math.inf:
+                return sel.select(None)  # the work will end the wait
+            events = sel.select(min(max(threshold, target - loop._vtime), _MAX_WAIT))
             if events:
                 return events
-        target = loop._next_timer()
+        elif fds or threads:
+            if threshold == math.inf and not fds:
+                # Never jump while such a thread lives, but look again after
+                # a while: it may end without a word (not select(None)).
+                return sel.select(1.0)
+            events = sel.select(None if threshold == math.inf else threshold)
+            if events:
+                return events
         if target is None:
-            if outstanding:
+            if busy or fds:
                 return sel.select(None)  # real work will end the wait
+            if threads:
+                # It may still deliver (call_soon_threadsafe): no DeadlockError
+                # while it lives; look again after a while (not select(None):
+                # it may end without a word).
+                return sel.select(min(max(threshold, 0.01), 1.0))
             # Last chance for a thread the loop cannot see (one started by
             # the program itself) before calling it a deadlock.
-            if loop._autojump_threshold > 0:
-                events = sel.select(min(loop._autojump_threshold, 1.0))
+            if threshold > 0:
+                events = sel.select(min(threshold, 1.0))
                 if events:
                     return events
             raise DeadlockError(loop._deadlock_message())
@@ -144,11 +173,15 @@ class VirtualEventLoop(WheelEventLoop):
     virtual timestamps, in the same order, every run.
 
     Real I/O still works.  While real work is outstanding (a file descriptor
-    the loop watches besides its own wake-up pipe, a ``run_in_executor`` or
-    ``to_thread`` job, a child process), the loop waits up to
-    ``autojump_threshold`` real seconds for it before jumping to the next
-    timer (0: never wait; ``math.inf``: never jump while it is outstanding).
-    With no timer pending it waits for that work as long as it takes.
+    the loop watches besides its own wake-up pipe, a child process, a thread
+    the program started during the run that is still alive), the loop waits
+    up to ``autojump_threshold`` real seconds for it before jumping to the
+    next timer (0: never wait; ``math.inf``: never jump while it is
+    outstanding).  Work on another thread (a ``run_in_executor`` or
+    ``to_thread`` job, a ``testing.outside()`` block) holds the clock back
+    further: the loop waits for it as long, in real time, as the next timer
+    is away in virtual time.  With no timer pending it waits for such work as
+    long as it takes.
 
     ``limit``: the run may not go past ``start + limit`` virtual seconds
     (``TimeLimitError``).  A program left with nothing ready, no timer and
@@ -156,6 +189,11 @@ class VirtualEventLoop(WheelEventLoop):
     (after one last ``autojump_threshold`` wait for threads it cannot see).
 
     ``timing``: a ``Timing`` (see ``timings()``) perturbing the run.
+
+    ``clocks`` (default True): while the loop runs, ``time.monotonic()``,
+    ``perf_counter()``, ``time.time()`` (and their ``_ns`` twins) called on
+    its thread advance with its virtual time; other threads see real time
+    (see ``pywheel.testing._clocks``).  False: they stay real.
     """
 
     # Until BaseEventLoop.__init__ runs: a loop whose arguments were refused
@@ -171,8 +209,11 @@ class VirtualEventLoop(WheelEventLoop):
         timing: Timing | None = None,
         limit: float | None = None,
         autojump_threshold: float = DEFAULT_AUTOJUMP_THRESHOLD,
+        clocks: bool = True,
     ) -> None:
         start = _check_seconds("start", start)
+        if not isinstance(clocks, bool):
+            raise TypeError(f"clocks must be True or False, not {type(clocks).__name__}")
         if timing is not None and not isinstance(timing, Timing):
             raise TypeError(
                 f"timing must be a pywheel.testing.Timing (from timings()), "
@@ -187,11 +228,14 @@ class VirtualEventLoop(WheelEventLoop):
         self._vtime = start
         self._tick = tick
         self._jobs = 0
+        self._outside: set = set()  # testing.outside() blocks (any thread)
+        self._known_threads: weakref.WeakSet | None = None  # alive when it first ran
         self._subprocesses: weakref.WeakSet = weakref.WeakSet()
         self._timing: Timing | None = None
         self._max_late = self._max_cost = 0.0
         self._fatal: BaseException | None = None
         self._limit_hit = False
+        self._clocks = _clocks.Clocks(self) if clocks else None
         if timing is not None:
             # Refused here, before a selector exists: a refused loop leaves
             # nothing to close (no ResourceWarning).
@@ -256,6 +300,12 @@ class VirtualEventLoop(WheelEventLoop):
     def timing(self) -> Timing | None:
         return self._timing
 
+    @property
+    def clocks(self) -> bool:
+        """Whether the ``time`` module's clocks follow this loop's virtual
+        time on its thread while it runs (see ``clocks=``)."""
+        return self._clocks is not None
+
     def _jump(self, target: float) -> None:
         """Nothing ready, no I/O: wake at the next timer (late, with a Timing)."""
         if target > self._limit_at:
@@ -307,6 +357,39 @@ class VirtualEventLoop(WheelEventLoop):
                 )
         if t > self._vtime:
             self._vtime = t
+
+    def _new_threads_alive(self) -> bool:
+        """A thread started since this loop first ran is alive (not an
+        executor's worker, whose jobs are counted, nor a foreign thread
+        Python only knows as a dummy): it may deliver into the loop
+        (call_soon_threadsafe), so it is waited for as a socket is."""
+        known = self._known_threads
+        if known is None or _threading.active_count() <= 1:
+            return False
+        # Thread objects, not idents: a new thread may reuse a dead one's
+        # ident, and a known thread may have died since (so counting the
+        # threads cannot stand in for this walk).
+        workers = _executor_workers()
+        me = _threading.get_ident()
+        for t in _threading.enumerate():
+            if (
+                t not in known
+                and t.ident != me
+                and not isinstance(t, _threading._DummyThread)
+                and t not in workers
+            ):
+                return True
+        return False
+
+    def _outside_begin(self, token) -> None:
+        self._outside.add(token)
+
+    def _outside_end(self, token) -> None:
+        self._outside.discard(token)
+        try:
+            self._write_to_self()  # let the loop look again
+        except Exception:  # closed meanwhile
+            pass
 
     def _outstanding(self) -> bool:
         """Real work the loop waits for: watched fds besides the self-pipe,
@@ -412,10 +495,28 @@ class VirtualEventLoop(WheelEventLoop):
             self._fatal = exc
         self.stop()
 
+    def run_until_complete(self, future):
+        start = self._vtime
+        try:
+            return super().run_until_complete(future)
+        except Exception as exc:
+            _note_virtual_time(exc, start, self._vtime)
+            raise
+
     def run_forever(self) -> None:
+        if self._known_threads is None:
+            self._known_threads = weakref.WeakSet(_threading.enumerate())
         if self._timing is not None:
             self._timing._started(self)
-        super().run_forever()
+        clocks = self._clocks
+        if clocks is None:
+            super().run_forever()
+        else:
+            previous = _clocks.enter(clocks)
+            try:
+                super().run_forever()
+            finally:
+                _clocks.leave(clocks, previous)
         fatal = self._fatal
         if fatal is not None:
             self._fatal = None  # raised once; cleanup then runs punctually
@@ -454,6 +555,71 @@ class VirtualEventLoop(WheelEventLoop):
             f"<{type(self).__name__} t={self._vtime!r} running={self.is_running()} "
             f"closed={self.is_closed()}>"
         )
+
+
+_NOTE = "pywheel.testing: the run "
+
+
+def _note_virtual_time(exc: BaseException, start: float, now: float) -> None:
+    """A failure's report says when, on virtual time, the run ended (PEP 678
+    note: pytest and the traceback module print it).  Not for the loop's own
+    errors, whose message already says, nor twice for one exception."""
+    if isinstance(exc, VirtualTimeError):
+        return
+    notes = getattr(exc, "__notes__", None)
+    if notes and any(isinstance(n, str) and n.startswith(_NOTE) for n in notes):
+        return
+    try:
+        exc.add_note(f"{_NOTE}ended at virtual time t={now!r} (it started at t={start!r})")
+    except Exception:  # an exception type that refuses notes: report it as it is
+        pass
+
+
+def _executor_workers():
+    """ThreadPoolExecutor's worker threads (idle or not: their jobs are
+    counted where they are submitted)."""
+    try:
+        from concurrent.futures import thread as _cf_thread
+
+        return _cf_thread._threads_queues
+    except (ImportError, AttributeError):  # pragma: no cover - other Pythons
+        return ()
+
+
+class outside:
+    """Declares real work outside the loop, for as long as the block runs::
+
+        with testing.outside():           # in the loop's thread
+            start_my_worker_thread(fut)   # delivers with call_soon_threadsafe
+            result = await fut
+
+    While any such block is open, a ``VirtualEventLoop`` does not let its
+    clock run ahead of the work: it waits for it, in real time, as long as
+    its next timer is away in virtual time (and with no timer, as long as it
+    takes; never a ``DeadlockError``).  ``loop``: the loop to tell (default:
+    the running loop; pass it to use the block from another thread).  On
+    any other loop it does nothing."""
+
+    __slots__ = ("_loop", "_token")
+
+    def __init__(self, loop=None) -> None:
+        if loop is None:
+            loop = _events.get_running_loop()
+        self._loop = loop if isinstance(loop, VirtualEventLoop) else None
+        self._token = None
+
+    def __enter__(self):
+        if self._token is not None:
+            raise RuntimeError("this outside() block is already open")
+        self._token = object()
+        if self._loop is not None:
+            self._loop._outside_begin(self._token)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        token, self._token = self._token, None
+        if self._loop is not None and token is not None:
+            self._loop._outside_end(token)
 
 
 def new_event_loop(**kwargs: Any) -> VirtualEventLoop:
@@ -508,18 +674,29 @@ def run(
     timing: Timing | None = None,
     limit: float | None = None,
     autojump_threshold: float = DEFAULT_AUTOJUMP_THRESHOLD,
+    clocks: bool = True,
     debug: bool | None = None,
 ):
     """``asyncio.run(main)`` on virtual time; returns ``main``'s result."""
     # Checked before the Runner exists, so a bad argument leaves no
     # un-awaited coroutine behind without saying why.
     try:
+        running = _events._get_running_loop()
+        if running is not None:
+            raise RuntimeError(
+                f"pywheel.testing.run() cannot be called while an event loop is running "
+                f"in this thread ({running!r}): it starts a virtual-time loop of its own. "
+                f"In async code, await the coroutine; in a test, make the test a plain "
+                f"def that calls run(), or mark the async def test with "
+                f"@pytest.mark.virtual_time"
+            )
         loop = VirtualEventLoop(
             start=start,
             tick=tick,
             timing=timing,
             limit=limit,
             autojump_threshold=autojump_threshold,
+            clocks=clocks,
         )
     except BaseException:
         if asyncio.iscoroutine(main):

@@ -348,13 +348,25 @@ def timings(
     - ``max_jitter``: each ``call_external()``/``latency()`` event arrives
       0..max_jitter seconds late, independently.
 
-    Each decision is drawn lazily, while the run goes, as a whole number of
-    the loop's ticks, so failures shrink toward the punctual run.  Only the
+    At least one bound must be non-zero (``ValueError`` otherwise: a Timing
+    with none perturbs nothing).  Each decision is drawn lazily, while the
+    run goes, as a whole number of the loop's ticks, so failures shrink
+    toward the punctual run.  Only the
     first ``max_draws`` decisions of a run are drawn (hypothesis caps the
     data of one example); the rest are punctual."""
     max_late = _check_max("max_late", max_late)
     max_cost = _check_max("max_cost", max_cost)
     max_jitter = _check_max("max_jitter", max_jitter)
+    if not (max_late or max_cost or max_jitter):
+        # Every Timing it made would be punctual: a fuzz test that finds
+        # nothing because it tries nothing.  No default fits every program
+        # (1 ms is a lot for one, nothing for another), so ask.
+        raise ValueError(
+            "timings() needs at least one non-zero bound, in seconds: max_late= (the "
+            "loop wakes late), max_cost= (callbacks take time) or max_jitter= (the "
+            "outside world answers late); with all three 0 every Timing is punctual "
+            "(use Timing() for a punctual run)"
+        )
     from hypothesis import strategies as st
 
     ints: dict[int, Any] = {}

@@ -4,15 +4,19 @@ point, so installing pywheel is enough):
 - ``virtual_loop`` fixture: a ``VirtualEventLoop`` (closed afterwards);
 - ``@pytest.mark.virtual_time(**kwargs)``: runs an ``async def`` test on
   virtual time (``kwargs`` go to ``VirtualEventLoop``: ``start``, ``tick``,
-  ``limit``, ``autojump_threshold``, ``timing``); if the test also takes
-  ``virtual_loop``, it runs on that loop.
+  ``limit``, ``autojump_threshold``, ``timing``, ``clocks``); if the test also
+  takes ``virtual_loop``, it runs on that loop;
+- ``clocks=``'s default for both: ``--virtual-time-clocks=on|off`` or the
+  ``virtual_time_clocks`` ini option (default on).
 
 It imports neither hypothesis, pytest-asyncio nor anyio.  To run tests of
 those plugins on virtual time, give them the loop factory (README, "Testing
 code that depends on time"):
 
-- pytest-asyncio: ``def pytest_asyncio_loop_factories(config, item): return
-  {"virtual": pywheel.testing.new_event_loop}`` in a conftest.py;
+- pytest-asyncio: ``@pytest.hookimpl(optionalhook=True) def
+  pytest_asyncio_loop_factories(config, item): return {"virtual":
+  pywheel.testing.new_event_loop}`` in a conftest.py (optionalhook: the
+  conftest still loads in a run without pytest-asyncio);
 - anyio: an ``anyio_backend`` fixture returning
   ``("asyncio", {"loop_factory": pywheel.testing.new_event_loop})``.
 """
@@ -26,17 +30,45 @@ from typing import Any
 import pytest
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("pywheel", "pywheel.testing (virtual time)")
+    group.addoption(
+        "--virtual-time-clocks",
+        choices=("on", "off"),
+        default=None,
+        help="whether time.monotonic()/perf_counter()/time() (and their _ns twins) "
+        "follow virtual time on the loop's thread in virtual_time tests and the "
+        "virtual_loop fixture (default: on, or the virtual_time_clocks ini option)",
+    )
+    parser.addini(
+        "virtual_time_clocks",
+        type="bool",
+        default=True,
+        help="default of clocks= for pywheel.testing's marker and fixture (true)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "virtual_time(start=0.0, tick=0.001, limit=None, autojump_threshold=0.05, "
-        "timing=None): run this async def test on pywheel.testing's virtual time",
+        "timing=None, clocks=True): run this async def test on pywheel.testing's "
+        "virtual time",
     )
+
+
+def _default_clocks(config: pytest.Config) -> bool:
+    option = config.getoption("virtual_time_clocks", None)
+    if option is not None:
+        return option == "on"
+    return bool(config.getini("virtual_time_clocks"))
 
 
 def _loop_kwargs(item) -> dict:
     marker = item.get_closest_marker("virtual_time")
-    return dict(marker.kwargs) if marker is not None else {}
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    kwargs.setdefault("clocks", _default_clocks(item.config))
+    return kwargs
 
 
 def _close(loop) -> None:

@@ -1,0 +1,204 @@
+"""The program's own clocks on virtual time.
+
+While a ``VirtualEventLoop(clocks=True)`` runs (inside ``run_forever``), the
+clock functions of the ``time`` module called *from that loop's thread* read
+its virtual time; every other thread, and the loop's thread when no virtual
+loop runs there, reads the real clocks.  The functions are swapped in the
+``time`` module while at least one such loop runs anywhere in the process,
+and put back when the last one stops (also when its run raised).
+
+Each clock reads ``anchor + loop.time()``: it advances exactly as the loop's
+clock does, so intervals agree with the loop's to the nanosecond.  The anchor
+is set when a run starts so that the clock reads what the real clock reads at
+that moment, and it only ever moves forward, so a clock never goes backwards
+while the loop runs, nor when a run starts.  (When the run ends the real
+clocks are back, and they may read less than the last virtual reading if
+virtual time outran real time: restoring real time cannot avoid that.)
+
+- ``time.monotonic``/``monotonic_ns``, ``perf_counter``/``perf_counter_ns``:
+  their real value when the run started, plus virtual time elapsed;
+- ``time.time``/``time_ns``: the real wall clock when the run started, plus
+  virtual time elapsed;
+- ``time.sleep`` on the loop's thread still sleeps for real, and moves those
+  clocks (not the loop's) by the real time slept, so a blocking poll such as
+  ``while time.monotonic() < deadline: time.sleep(0.01)`` ends as it would.
+
+Why ``anchor + loop.time()`` and not ``loop.time()`` itself: the absolute
+value of ``time.monotonic()`` means nothing (only differences do), and a
+program may hold a reading taken before the run; reading ``loop.time()``
+(which starts at 0 by default) would make that clock jump backwards.
+
+Not covered: functions bound before the run (``from time import monotonic``,
+a default argument ``timer=time.monotonic``) keep the real function, as do
+C code, ``time.clock_gettime()``, ``process_time()`` and ``thread_time()``.
+``datetime.datetime.now()`` stays real: its C implementation reads the system
+clock directly, and swapping the ``datetime`` class (as freezegun does)
+breaks ``isinstance`` checks and pickling, which is neither cheap nor safe;
+``datetime.fromtimestamp(time.time())`` follows virtual time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time as _time
+from typing import Any
+
+_get_ident = threading.get_ident
+
+
+def _elapsed() -> float:
+    """Real seconds, from a clock nobody swaps (for time slept)."""
+    return _time.clock_gettime(_time.CLOCK_MONOTONIC)
+
+
+#: The functions swapped while a virtual loop with clocks runs.
+NAMES = ("monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time", "time_ns", "sleep")
+
+_lock = threading.Lock()
+_active: dict[int, Clocks] = {}  # thread id -> the clocks of the loop running there
+_real: dict[str, Any] = {name: getattr(_time, name) for name in NAMES}
+_runs = 0  # virtual runs with clocks, in every thread
+
+
+class Clocks:
+    """One loop's anchors: each clock reads ``anchor + loop._vtime``."""
+
+    __slots__ = ("loop", "mono", "perf", "wall", "mono_ns", "perf_ns", "wall_ns")
+
+    def __init__(self, loop) -> None:
+        self.loop = loop
+        inf = float("-inf")
+        self.mono = self.perf = self.wall = inf
+        self.mono_ns = self.perf_ns = self.wall_ns = None
+
+    def _anchor(self) -> None:
+        """At the start of a run: each clock reads at least its real value now."""
+        vt = self.loop._vtime
+        vt_ns = round(vt * 1e9)
+        real = _real
+        self.mono = max(self.mono, real["monotonic"]() - vt)
+        self.perf = max(self.perf, real["perf_counter"]() - vt)
+        self.wall = max(self.wall, real["time"]() - vt)
+        for attr, name in (
+            ("mono_ns", "monotonic_ns"),
+            ("perf_ns", "perf_counter_ns"),
+            ("wall_ns", "time_ns"),
+        ):
+            a = real[name]() - vt_ns
+            old = getattr(self, attr)
+            setattr(self, attr, a if old is None or a > old else old)
+
+    def _slept(self, seconds: float) -> None:
+        ns = round(seconds * 1e9)
+        self.mono += seconds
+        self.perf += seconds
+        self.wall += seconds
+        self.mono_ns += ns
+        self.perf_ns += ns
+        self.wall_ns += ns
+
+
+def enter(clocks: Clocks) -> Clocks | None:
+    """A run of ``clocks.loop`` starts on this thread; returns what
+    ``leave()`` puts back (a loop refused because another one runs on this
+    thread must not take that one's clocks away)."""
+    global _runs
+    ident = _get_ident()
+    with _lock:
+        if _runs == 0:
+            _install()
+        _runs += 1
+        clocks._anchor()
+        previous = _active.get(ident)
+        _active[ident] = clocks
+    return previous
+
+
+def leave(clocks: Clocks, previous: Clocks | None) -> None:
+    """The run ends (normally or not)."""
+    global _runs
+    ident = _get_ident()
+    with _lock:
+        if previous is not None:
+            _active[ident] = previous
+        elif _active.get(ident) is clocks:
+            del _active[ident]
+        _runs -= 1
+        if _runs == 0:
+            _uninstall()
+
+
+def _install() -> None:
+    for name in NAMES:
+        current = getattr(_time, name)
+        if current is not _WRAPPERS[name]:
+            _real[name] = current  # whatever was there (another tool's patch included)
+        setattr(_time, name, _WRAPPERS[name])
+
+
+def _uninstall() -> None:
+    for name in NAMES:
+        # Put back only our own: a patch someone made meanwhile stays theirs.
+        if getattr(_time, name) is _WRAPPERS[name]:
+            setattr(_time, name, _real[name])
+
+
+def active() -> bool:
+    """True while the calling thread runs a virtual loop with clocks."""
+    return _get_ident() in _active
+
+
+# ---- the wrappers: one dict lookup, then virtual or real ------------------------
+
+
+def monotonic() -> float:
+    c = _active.get(_get_ident())
+    return _real["monotonic"]() if c is None else c.mono + c.loop._vtime
+
+
+def monotonic_ns() -> int:
+    c = _active.get(_get_ident())
+    return _real["monotonic_ns"]() if c is None else c.mono_ns + round(c.loop._vtime * 1e9)
+
+
+def perf_counter() -> float:
+    c = _active.get(_get_ident())
+    return _real["perf_counter"]() if c is None else c.perf + c.loop._vtime
+
+
+def perf_counter_ns() -> int:
+    c = _active.get(_get_ident())
+    return _real["perf_counter_ns"]() if c is None else c.perf_ns + round(c.loop._vtime * 1e9)
+
+
+def time() -> float:
+    c = _active.get(_get_ident())
+    return _real["time"]() if c is None else c.wall + c.loop._vtime
+
+
+def time_ns() -> int:
+    c = _active.get(_get_ident())
+    return _real["time_ns"]() if c is None else c.wall_ns + round(c.loop._vtime * 1e9)
+
+
+def sleep(seconds: float) -> None:
+    c = _active.get(_get_ident())
+    if c is None:
+        return _real["sleep"](seconds)
+    t0 = _elapsed()
+    try:
+        _real["sleep"](seconds)
+    finally:
+        c._slept(max(0.0, _elapsed() - t0))
+
+
+for _f in (monotonic, monotonic_ns, perf_counter, perf_counter_ns, time, time_ns, sleep):
+    _f.__doc__ = (
+        f"time.{_f.__name__}, on virtual time in a thread running a pywheel.testing "
+        f"VirtualEventLoop with clocks=True (real elsewhere)."
+    )
+_WRAPPERS = {
+    f.__name__: f
+    for f in (monotonic, monotonic_ns, perf_counter, perf_counter_ns, time, time_ns, sleep)
+}
+del _f

@@ -1,0 +1,181 @@
+"""pywheel.testing says what is wrong (issue 20, point 5): timings() with no
+non-zero bound refuses; a failure's report carries the virtual time;
+testing.run() inside a running loop raises one clear error and leaves no
+un-awaited coroutine; the pytest-asyncio recipe loads without pytest-asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import traceback
+import warnings
+
+import pytest
+
+from pywheel import testing as vt
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"max_late": 0.0}, {"max_late": 0, "max_cost": 0.0}])
+def test_timings_with_no_bound_refuses(kwargs):
+    pytest.importorskip("hypothesis")
+    with pytest.raises(ValueError, match="at least one non-zero bound"):
+        vt.timings(**kwargs)
+    vt.timings(max_cost=0.001)  # one is enough
+
+
+async def _fails_at(t: float):
+    await asyncio.sleep(t)
+    raise AssertionError("late")
+
+
+def test_a_failure_carries_the_virtual_time():
+    with pytest.raises(AssertionError) as info:
+        vt.run(_fails_at(12.5), start=2.0)
+    notes = info.value.__notes__
+    assert notes == ["pywheel.testing: the run ended at virtual time t=14.5 (it started at t=2.0)"]
+    assert "t=14.5" in "".join(traceback.format_exception(info.value))
+
+
+def test_the_note_is_added_once_and_not_to_the_loops_own_errors():
+    loop = vt.VirtualEventLoop()
+    try:
+        with pytest.raises(AssertionError) as info:
+            loop.run_until_complete(_fails_at(1.0))
+        exc = info.value
+
+        async def reraise():
+            raise exc
+
+        with pytest.raises(AssertionError):
+            loop.run_until_complete(reraise())
+        assert len(exc.__notes__) == 1
+    finally:
+        loop.close()
+    with pytest.raises(vt.TimeLimitError) as limit:
+        vt.run(asyncio.sleep(10), limit=1)
+    assert not getattr(limit.value, "__notes__", None)  # its message says when
+
+
+def test_run_inside_a_running_loop_raises_one_clear_error():
+    async def inner():
+        await asyncio.sleep(1)
+
+    async def outer():
+        vt.run(inner())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... never awaited" would fail
+        with pytest.raises(RuntimeError, match=r"testing\.run\(\) cannot be called") as info:
+            asyncio.run(outer())
+        import gc
+
+        gc.collect()
+    assert info.value.__context__ is None and info.value.__cause__ is None
+    assert "await the coroutine" in str(info.value)
+
+
+def test_run_inside_a_running_loop_leaves_no_warning_in_a_child():
+    code = textwrap.dedent(
+        """
+        import asyncio, gc
+        from pywheel import testing as vt
+
+        async def inner():
+            await asyncio.sleep(1)
+
+        async def outer():
+            try:
+                vt.run(inner())
+            except RuntimeError as exc:
+                print("E", str(exc).split(":")[0])
+
+        asyncio.run(outer())
+        gc.collect()
+        """
+    )
+    r = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("E pywheel.testing.run() cannot be called"), r.stdout
+    assert r.stderr == "", r.stderr  # on main: "coroutine 'inner' was never awaited"
+
+
+def _pytest(tmp_path, files, *args):
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:looptime_plugin",
+            *args,
+        ],  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_pytest_report_shows_the_virtual_time(tmp_path):
+    r = _pytest(
+        tmp_path,
+        {
+            "test_fail.py": """
+            import asyncio, pytest
+
+            @pytest.mark.virtual_time
+            async def test_marker():
+                await asyncio.sleep(3600)
+                assert False, "expired"
+
+            def test_fixture(virtual_loop):
+                async def main():
+                    await asyncio.sleep(7)
+                    raise KeyError("gone")
+                virtual_loop.run_until_complete(main())
+            """
+        },
+        "-p", "no:asyncio", "-p", "no:anyio",
+    )  # fmt: skip
+    assert "2 failed" in r.stdout, r.stdout + r.stderr
+    assert "the run ended at virtual time t=3600.0" in r.stdout, r.stdout
+    assert "the run ended at virtual time t=7.0" in r.stdout, r.stdout
+
+
+def _readme_recipe() -> str:
+    """The README's pytest-asyncio conftest recipe, as printed there."""
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    start = next(
+        i for i, line in enumerate(lines) if line.startswith("# conftest.py, pytest-asyncio")
+    )
+    end = next(i for i in range(start, len(lines)) if not lines[i].strip())
+    return "\n".join(lines[start:end]) + "\n"
+
+
+def test_pytest_asyncio_recipe_loads_in_a_run_without_pytest_asyncio(tmp_path):
+    # The README's recipe as a conftest, in a run with pytest-asyncio off:
+    # without optionalhook=True pytest refuses the unknown hook.
+    conftest = "import pytest\nimport pywheel.testing\n\n" + _readme_recipe()
+    r = _pytest(
+        tmp_path,
+        {"conftest.py": conftest, "test_x.py": "def test_x():\n    pass\n"},
+        "-p", "no:asyncio",
+    )  # fmt: skip
+    assert "1 passed" in r.stdout, r.stdout + r.stderr

@@ -7,7 +7,7 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
-  warnings stubtest dist test-installed test-sdist
+  warnings stubtest dist test-installed test-sdist forky parity-forky bench-forky
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -78,6 +78,27 @@ test-installed:
 
 test-sdist:
 	PYTHON=$(PYTHON) .ci/test-dist sdist
+
+# CPython 3.14 and 3.15 from Debian forky, in a chroot (.ci/forky; needs root,
+# debootstrap and the network; the root is cached in /var/cache/pywheel-forky):
+# `make forky` runs what CI runs there (README set-up and suite, CPython's
+# asyncio tests, stubtest, warnings) on both; parity-forky the parity harness
+# on both (PARITY_ARGS, e.g. --suite cpython); bench-forky the quick
+# benchmarks under 3.14.  Results outlive the root in FORKY_OUT.
+FORKY_OUT ?= $(HOME)/.cache/pywheel-forky-out
+PARITY_ARGS ?=
+forky:
+	.ci/forky check 3.14; a=$$?; .ci/forky check 3.15; b=$$?; [ $$a = 0 ] && [ $$b = 0 ]
+
+parity-forky:
+	OUT=$(FORKY_OUT) .ci/forky run bash -c 'python3.14 -m venv /tmp/parity-venv && \
+	  /tmp/parity-venv/bin/python tests/parity/parity.py --cache /tmp/out/parity \
+	  --python 3.14 --python 3.15 $(PARITY_ARGS)'
+
+bench-forky:
+	OUT=$(FORKY_OUT) .ci/forky run bash -c 'python3.14 -m venv /tmp/bench-venv && \
+	  . /tmp/bench-venv/bin/activate && pip install -q -e '\''.[bench]'\'' && \
+	  python -m benchmarks --quick 2>&1 | tee /tmp/out/bench-quick-3.14.txt'
 
 demo: build
 	$(PYTHON) -m pywheel

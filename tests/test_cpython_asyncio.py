@@ -18,7 +18,14 @@ RUNNER = os.path.join(ROOT, "tests", "cpython", "run_asyncio_suite.py")
 try:
     import test.test_asyncio  # noqa: F401  (not every Python ships its test suite)
 except ImportError:
-    pytest.skip("this Python has no test.test_asyncio", allow_module_level=True)
+    # CI's 3.14/3.15 run (.ci/forky) installs Debian's libpython3.X-testsuite
+    # and sets PYWHEEL_REQUIRE_CPYTHON_SUITE=1: there a missing suite fails.
+    if os.environ.get("PYWHEEL_REQUIRE_CPYTHON_SUITE") == "1":
+        raise
+    pytest.skip(
+        "this Python has no test.test_asyncio (Debian: apt-get install libpython3.X-testsuite)",
+        allow_module_level=True,
+    )
 
 TIMER_GROUPS = [
     ["test_timeouts", "test_waitfor", "test_base_events", "test_taskgroups"],

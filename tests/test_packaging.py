@@ -21,7 +21,9 @@ from packaging.specifiers import SpecifierSet  # a dependency of pytest
 import pywheel
 
 CSRC = os.path.join(ROOT, "csrc")
-TESTED = ["3.11", "3.12", "3.13"]  # .ci/run runs the suite on each
+# .ci/run runs the suite on each: 3.11-3.13 on the machine, 3.14 and 3.15 in
+# a Debian forky chroot (.ci/forky).
+TESTED = ["3.11", "3.12", "3.13", "3.14", "3.15"]
 
 
 @pytest.mark.skipif(
@@ -41,16 +43,51 @@ def test_version_has_one_source():
 
 
 def test_metadata_states_what_is_tested():
+    # A floor and no upper cap (a cap makes resolvers pick old releases and
+    # refuse new Pythons); the classifiers name exactly the versions CI runs.
     meta = importlib.metadata.metadata("pywheel")
-    after_last = f"3.{int(TESTED[-1].split('.')[1]) + 1}"
-    assert SpecifierSet(meta["Requires-Python"]) == SpecifierSet(f">={TESTED[0]},<{after_last}")
+    spec = SpecifierSet(meta["Requires-Python"])
+    assert spec == SpecifierSet(f">={TESTED[0]}")
+    assert all(s.operator == ">=" for s in spec)
+    assert "3.16" in spec and "3.99" in spec and "3.10" not in spec
     versions = sorted(
-        c.rsplit(" :: ", 1)[1]
-        for c in meta.get_all("Classifier")
-        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+        (
+            c.rsplit(" :: ", 1)[1]
+            for c in meta.get_all("Classifier")
+            if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+        ),
+        key=lambda v: tuple(map(int, v.split("."))),
     )
     assert versions == TESTED
     assert f"{sys.version_info.major}.{sys.version_info.minor}" in TESTED
+
+
+@pytest.mark.skipif(
+    not os.path.isfile(os.path.join(ROOT, ".ci", "forky")), reason="needs .ci/ (a checkout's)"
+)
+def test_ci_runs_every_classified_version():
+    # .ci/run's SUPPORTED (the machine's Pythons) and .ci/forky's VERSIONS
+    # (the chroot's) together are TESTED, each once.
+    def array(path, name):
+        with open(os.path.join(ROOT, ".ci", path)) as f:
+            m = re.search(rf"^{name}=\(([^)]*)\)", f.read(), re.M)
+        assert m, f"no {name}=(...) in .ci/{path}"
+        return m.group(1).split()
+
+    ran = array("run", "SUPPORTED") + array("forky", "VERSIONS")
+    assert sorted(ran, key=lambda v: tuple(map(int, v.split(".")))) == TESTED
+
+
+def test_wheel_builds_are_the_tested_versions():
+    # cibuildwheel's selector: one CPython build per tested version, no
+    # free-threaded ones (cp314t-* does not match cp314-*).
+    tomllib = pytest.importorskip("tomllib")
+    path = os.path.join(ROOT, "pyproject.toml")
+    if not os.path.isfile(path):
+        pytest.skip(f"needs {path}")
+    with open(path, "rb") as f:
+        build = tomllib.load(f)["tool"]["cibuildwheel"]["build"].split()
+    assert build == [f"cp{v.replace('.', '')}-*" for v in TESTED]
 
 
 def test_license_is_declared_and_shipped():

@@ -4,6 +4,7 @@ loop and on WheelEventLoop, compared test by test.
     python tests/parity/parity.py                  # everything this machine can run
     python tests/parity/parity.py --suite cpython --python 3.13
     python tests/parity/parity.py --report         # the table of the last runs
+    make parity-forky                              # 3.14 and 3.15, in .ci/forky's root
 
 Suites: CPython's whole ``test.test_asyncio`` on every CPython 3.11+ found
 (``pythonX.Y`` on PATH or under ~/.pyenv/versions), and, on the first Python
@@ -44,7 +45,7 @@ import xml.etree.ElementTree as ET
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SITE = os.path.join(ROOT, "tests", "parity", "site")
 CPYTHON_RUNNER = os.path.join(ROOT, "tests", "parity", "cpython_suite.py")
-PYTHONS = ["3.11", "3.12", "3.13"]
+PYTHONS = ["3.11", "3.12", "3.13", "3.14", "3.15"]
 
 ANYIO = "anyio==4.16.0"
 PYTEST_ASYNCIO = "pytest-asyncio==1.5.0"

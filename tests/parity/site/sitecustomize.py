@@ -15,6 +15,7 @@ import os
 if os.environ.get("PYWHEEL_PARITY_LOOP") == "wheel":
     import asyncio
     import atexit
+    import warnings
 
     import pywheel.asyncio as _pwa
 
@@ -30,7 +31,11 @@ if os.environ.get("PYWHEEL_PARITY_LOOP") == "wheel":
     # Every policy built on asyncio's default one (asyncio.run, Runner,
     # new_event_loop, the pytest plugins, suites' own subclasses) makes its
     # loops with _loop_factory; code that names the class gets ours too.
-    asyncio.DefaultEventLoopPolicy._loop_factory = _pwa.WheelEventLoop
+    with warnings.catch_warnings():  # 3.14+: the policy names are deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        _policy = getattr(asyncio, "DefaultEventLoopPolicy", None)
+    if _policy is not None:  # gone where asyncio has no policies (3.16)
+        _policy._loop_factory = _pwa.WheelEventLoop
     asyncio.SelectorEventLoop = _pwa.WheelEventLoop
     if hasattr(asyncio, "EventLoop"):  # 3.13's name for the default loop class
         asyncio.EventLoop = _pwa.WheelEventLoop

@@ -1,0 +1,38 @@
+"""A corpus of real timing bugs: each shipped in a released version of
+widely used asyncio code and was fixed upstream.  One module per bug; each
+has
+
+- ``REF``: the upstream report and fix (repository, issue / PR);
+- ``BUGGY`` and ``FIXED``: ``(python, requirement)`` -- the CPython version
+  ("3.11") and the PyPI requirement ("aiorwlock==1.1.0", or None for a bug
+  in CPython's own asyncio);
+- ``on_stock()``: the bug on the stock asyncio loop, without pywheel (real
+  time or a schedule injected by hand); raises AssertionError where the
+  installed version has the bug;
+- ``async def scenario()``: the library's documented promise as a user
+  would test it, with round parameters; raises AssertionError when broken;
+- ``installed()``: the version under test.
+
+    python -m examples.real_bugs            # the scoreboard (see README.md)
+"""
+
+import platform
+from importlib import metadata
+
+BUGS = [
+    "rwlock_two_writers",
+]
+
+#: The one set of timings() bounds the scoreboard uses for every bug.
+BOUNDS = {"max_late": 0.005, "max_cost": 0.002, "max_jitter": 0.01}
+#: Examples per bug (derandomized), for the hunt and for the fixed version.
+EXAMPLES = 300
+#: Virtual seconds a scenario may run.
+LIMIT = 3600
+
+
+def dist_version(dist: str) -> str:
+    """'aiorwlock 1.1.0' (or 'CPython 3.12.1' for dist None)."""
+    if dist is None:
+        return f"CPython {platform.python_version()}"
+    return f"{dist} {metadata.version(dist)}"

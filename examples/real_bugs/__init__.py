@@ -21,6 +21,10 @@ from importlib import metadata
 
 BUGS = [
     "rwlock_two_writers",
+    "anyio_lock_cancelled_waiter",
+    "cpython_wait_for_swallows_cancel",
+    "cpython_condition_lost_notify",
+    "async_timeout_swallows_cancel",
 ]
 
 #: The one set of timings() bounds the scoreboard uses for every bug.

@@ -9,6 +9,8 @@ answer as one JSON line on stdout.
 
 import json
 import os
+import resource
+import signal
 import sys
 import time
 import traceback
@@ -20,12 +22,36 @@ _ROOT = os.path.dirname(os.path.dirname(_HERE))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_ROOT]
 
 
+#: Real seconds one run may take; past that it is reported as a hang (a
+#: run that spins on virtual time without letting it move, as a busy loop
+#: would on a real one), which fails the property like any exception.
+RUN_SECONDS = 30
+#: Address space a check may use: a runaway run must not take the machine.
+MEMORY = 4 << 30
+
+
+class Hang(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    # Raised inside a gc callback or a __del__ it is only printed, so keep
+    # raising, once a second, until it lands where it stops the run.
+    signal.alarm(1)
+    raise Hang(f"the run did not finish in {RUN_SECONDS} s of real time")
+
+
 def _violation(fn):
-    """None if fn() passes; the assertion's message if it fails."""
+    """None if fn() passes; what went wrong if it raises."""
+    signal.alarm(RUN_SECONDS)
     try:
         fn()
     except AssertionError as exc:
         return str(exc) or "AssertionError"
+    except Exception as exc:  # the library broke some other way: a failure too
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        signal.alarm(0)
     return None
 
 
@@ -115,6 +141,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+    signal.signal(signal.SIGALRM, _alarm)
     try:
         result = main(sys.argv[1:])
     except BaseException as exc:  # report, don't die silently

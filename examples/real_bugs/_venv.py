@@ -41,10 +41,24 @@ def _interpreter(version: str | None) -> str:
     """The python executable for "3.12" (None: the one running this)."""
     if version is None or version == "%d.%d" % sys.version_info[:2]:
         return sys.executable
-    exe = shutil.which(f"python{version}")
-    if exe is None:
-        raise Unavailable(f"no python{version} on PATH")
-    try:  # pyenv shims exist for every installed version, but check it runs
+    candidates = [shutil.which(f"python{version}")]
+    # pyenv's shims exist only for the selected versions; its builds do too
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += sorted(pyenv.glob(f"{version}.*/bin/python{version}"), reverse=True)
+    for exe in candidates:
+        if exe is None:
+            continue
+        try:
+            return _check(str(exe), version)
+        except Unavailable as exc:
+            last = exc
+    if "last" in locals():
+        raise last
+    raise Unavailable(f"no python{version} on PATH or under pyenv")
+
+
+def _check(exe: str, version: str) -> str:
+    try:
         out = subprocess.run(
             [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
             capture_output=True, text=True, timeout=60, check=True,
@@ -52,7 +66,7 @@ def _interpreter(version: str | None) -> str:
     except (subprocess.SubprocessError, OSError) as exc:
         raise Unavailable(f"python{version} does not run: {exc}") from None
     if out != version:
-        raise Unavailable(f"python{version} is {out}")
+        raise Unavailable(f"{exe} is {out}")
     return exe
 
 

@@ -40,3 +40,19 @@ def dist_version(dist: str) -> str:
     if dist is None:
         return f"CPython {platform.python_version()}"
     return f"{dist} {metadata.version(dist)}"
+
+
+def meta(name: str) -> dict:
+    """A bug module's REF, PROMISE, BUGGY and FIXED, read from its source
+    without importing it (its library is installed only in its venvs)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).with_name(f"{name}.py").read_text())
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id in ("REF", "PROMISE", "BUGGY", "FIXED"):
+                out[target.id] = ast.literal_eval(node.value)
+    return out

@@ -9,6 +9,7 @@ answer as one JSON line on stdout.
 
 import json
 import os
+import platform
 import resource
 import signal
 import sys
@@ -60,7 +61,7 @@ def main(argv):
 
     mode, name = argv[0], argv[1]
     bug = importlib.import_module(f"examples.real_bugs.{name}")
-    out = {"python": "%d.%d.%d" % sys.version_info[:3], "version": bug.installed()}
+    out = {"python": platform.python_version(), "version": bug.installed()}
     if mode == "stock":
         t0 = time.perf_counter()
         out["violation"] = _violation(bug.on_stock)

@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]  # the pywheel tree
 CACHE = Path(os.environ.get("PYWHEEL_REAL_BUGS_CACHE", Path.home() / ".cache/pywheel-real-bugs"))
 HYPOTHESIS = "hypothesis>=6.80"
+_THIS = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 class Unavailable(Exception):
@@ -39,7 +40,7 @@ def _tree_hash() -> str:
 
 def _interpreter(version: str | None) -> str:
     """The python executable for "3.12" (None: the one running this)."""
-    if version is None or version == "%d.%d" % sys.version_info[:2]:
+    if version is None or version == _THIS:
         return sys.executable
     candidates = [shutil.which(f"python{version}")]
     # pyenv's shims exist only for the selected versions; its builds do too
@@ -61,7 +62,10 @@ def _check(exe: str, version: str) -> str:
     try:
         out = subprocess.run(
             [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60, check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         ).stdout.strip()
     except (subprocess.SubprocessError, OSError) as exc:
         raise Unavailable(f"python{version} does not run: {exc}") from None
@@ -77,28 +81,43 @@ def _run(cmd: list[str], what: str) -> None:
         raise Unavailable(f"{what} failed: " + " | ".join(tail))
 
 
+def _where(requirement: str | None, python: str | None) -> tuple[Path, bool]:
+    """(the venv's folder, whether it runs on this interpreter)."""
+    ver = python or _THIS
+    own = ver == _THIS
+    name = f"py{ver}-" + (requirement.replace("==", "-") if requirement else "stdlib")
+    if not own:
+        name += "-pywheel-" + _tree_hash()
+    return CACHE / name, own
+
+
+def cached(requirement: str | None, python: str | None = None) -> Path | None:
+    """The venv's python if ``ensure()`` already made it, else None."""
+    venv, _ = _where(requirement, python)
+    return venv / "bin" / "python" if (venv / "ready.json").exists() else None
+
+
 def ensure(requirement: str | None, python: str | None = None) -> Path:
     """The venv's python for ``requirement`` ("aiorwlock==1.1.0", or None for
     only hypothesis) on CPython ``python`` ("3.12"; None: this one), made
     once and cached.  Raises Unavailable with the reason if it cannot."""
-    exe = _interpreter(python)
-    own = exe == sys.executable
-    ver = python or "%d.%d" % sys.version_info[:2]
-    name = f"py{ver}-" + (requirement.replace("==", "-") if requirement else "stdlib")
-    if not own:
-        name += "-pywheel-" + _tree_hash()
-    venv = CACHE / name
+    venv, own = _where(requirement, python)
     vpy = venv / "bin" / "python"
     stamp = venv / "ready.json"
     if stamp.exists():
         return vpy
+    exe = _interpreter(python)
+    ver = python or _THIS
     if venv.exists():  # a half-made one from an interrupted run
         shutil.rmtree(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
     _run([exe, "-m", "venv", str(venv)], f"python{ver} -m venv")
     pip = [str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     try:
-        _run(pip + [HYPOTHESIS] + ([requirement] if requirement else []), f"pip install {requirement}")
+        _run(
+            pip + [HYPOTHESIS] + ([requirement] if requirement else []),
+            f"pip install {requirement}",
+        )
         if not own:
             _run(pip + [str(ROOT)], f"pip install pywheel (this tree) on python{ver}")
     except Unavailable:

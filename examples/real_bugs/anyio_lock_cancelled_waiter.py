@@ -14,6 +14,7 @@ else waits forever.  3.4.0 releases the lock in that case.
 """
 
 import asyncio
+import time
 
 import anyio
 
@@ -52,10 +53,12 @@ async def scenario() -> None:
 
 
 def on_stock() -> None:
-    """On the stock loop: A holds the lock, B waits with a deadline, and A's
-    release and B's deadline are timers with the same deadline (A's
-    scheduled first), so the stock loop runs them in one batch: A is woken,
-    B's scope cancels B, then A releases to B before B has run."""
+    """On the stock loop: A holds the lock until t0, B waits for it and is
+    cancelled at t0 + 1 ms (the issue's own shape: a plain task.cancel(),
+    as a deadline does), and the loop is busy past both (a 30 ms blocking
+    call, as on a loaded machine), so it runs both timers in one batch, in
+    deadline order: A is woken, B is cancelled, then A releases to B before
+    B has run."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -69,13 +72,16 @@ def on_stock() -> None:
                 await a_done
 
         async def b() -> None:
-            with anyio.CancelScope(deadline=when):
-                async with lock:
-                    pass
+            async with lock:
+                pass
 
         ta = asyncio.create_task(a())
         await asyncio.sleep(0)  # A holds the lock
-        await asyncio.gather(ta, b())
+        tb = asyncio.create_task(b())
+        await asyncio.sleep(0)  # B waits for it
+        loop.call_at(when + 0.001, tb.cancel)
+        time.sleep(0.03)  # the loop is busy past both deadlines
+        await asyncio.gather(ta, tb, return_exceptions=True)
         assert not lock.locked(), f"nobody holds the lock, yet it is locked: {lock.statistics()}"
 
     asyncio.run(main())

@@ -16,6 +16,7 @@ timeout expired and raises TimeoutError: a caller that treats a timeout as
 """
 
 import asyncio
+import time
 
 import async_timeout
 
@@ -50,7 +51,7 @@ async def scenario() -> None:
             try:
                 async with async_timeout.timeout(0.05):
                     await testing.latency(0.04)  # the remote call
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass  # slow this time: try at the next poll
 
     worker = asyncio.create_task(poller())
@@ -68,9 +69,10 @@ async def scenario() -> None:
 
 
 def on_stock() -> None:
-    """On the stock loop: the call's timeout and the shutdown are timers
-    with the same deadline (the timeout's first), so both cancel the poller
-    before it runs again."""
+    """On the stock loop: the call's timeout is due at t0 and the shutdown
+    at t0 + 1 ms, and the loop is busy past both (a 30 ms blocking call, as
+    on a loaded machine), so it runs both in one batch: both cancel the
+    poller before it runs again."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -84,13 +86,14 @@ def on_stock() -> None:
                         if not entered.done():
                             entered.set_result(None)
                         await asyncio.sleep(1.0)  # the remote call, slow
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     await asyncio.sleep(0.01)  # retry
 
         worker = asyncio.create_task(poller())
         await entered  # its timeout is scheduled: the shutdown goes after it
-        loop.call_at(when, worker.cancel)
-        await asyncio.sleep(0.06)
+        loop.call_at(when + 0.001, worker.cancel)
+        time.sleep(0.08)  # the loop is busy past both deadlines
+        await asyncio.sleep(0)
         try:
             await _stops(worker, 0.5)
         finally:

@@ -14,6 +14,7 @@ on to the next waiter.
 
 import asyncio
 import collections
+import time
 
 from . import dist_version
 
@@ -95,9 +96,11 @@ async def scenario() -> None:
 
 
 def on_stock() -> None:
-    """On the stock loop: a job arrives and a waiting consumer is retired
-    in one loop iteration, the job first (two timers with the same
-    deadline): the notification goes to the consumer being cancelled."""
+    """On the stock loop: a job arrives at t0, the request to retire the
+    longest-idle consumer at t0 + 1 ms, and the loop is busy past both (a
+    30 ms blocking call, as on a loaded machine), so it runs both timers in
+    one batch, in deadline order: the notification goes to the consumer
+    being retired."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -117,7 +120,7 @@ def on_stock() -> None:
         job_due = loop.create_future()
         retire_due = loop.create_future()
         loop.call_at(when, job_due.set_result, None)
-        loop.call_at(when, retire_due.set_result, None)
+        loop.call_at(when + 0.001, retire_due.set_result, None)
 
         async def producer() -> None:
             await job_due
@@ -128,6 +131,8 @@ def on_stock() -> None:
             first.cancel()
 
         helpers = [asyncio.create_task(producer()), asyncio.create_task(retire())]
+        await asyncio.sleep(0)
+        time.sleep(0.03)  # the loop is busy past both deadlines
         try:
             await asyncio.wait_for(asyncio.shield(got), 0.5)
         except TimeoutError:

@@ -14,6 +14,7 @@ cancellation: a worker that is told to stop takes the next item instead.
 """
 
 import asyncio
+import time
 
 from . import dist_version
 
@@ -72,8 +73,9 @@ async def scenario() -> None:
 
 
 def on_stock() -> None:
-    """On the stock loop: a job arrives and the consumer is cancelled in one
-    loop iteration, the job first (two timers with the same deadline)."""
+    """On the stock loop: a job arrives at t0 and the shutdown at t0 + 1 ms,
+    and the loop is busy past both (a 30 ms blocking call, as on a loaded
+    machine), so it runs both timers in one batch, in deadline order."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -88,8 +90,9 @@ def on_stock() -> None:
         when = loop.time() + 0.01
         loop.call_at(when, queue.put_nowait, 1)
         stopped = loop.create_future()
-        loop.call_at(when, stopped.set_result, None)
-        await stopped  # same deadline, later: runs after the put
+        loop.call_at(when + 0.001, stopped.set_result, None)
+        time.sleep(0.03)  # the loop is busy past both deadlines
+        await stopped
         worker.cancel()
         try:
             await _stops(worker, 0.5)

@@ -13,6 +13,7 @@ counts the woken writer as the holder at the moment it is woken.
 """
 
 import asyncio
+import time
 
 import aiorwlock
 
@@ -61,11 +62,10 @@ async def scenario() -> None:
 
 
 def on_stock() -> None:
-    """On the stock loop: writer A holds the lock, B waits for it, and C
-    arrives in the loop iteration in which A releases it (both moments are
-    timers with the same deadline, so the stock loop runs them in one batch,
-    A's first).  Exact and deterministic: no real time is involved beyond a
-    few milliseconds."""
+    """On the stock loop: writer A holds the lock until t0, B waits for it,
+    C arrives at t0 + 1 ms, and the loop is busy past both (a 30 ms
+    blocking call, as on a loaded machine), so it runs both timers in one
+    batch, in deadline order: A releases and C acquires before B runs."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -75,7 +75,7 @@ def on_stock() -> None:
         a_done = loop.create_future()
         c_go = loop.create_future()
         loop.call_at(when, a_done.set_result, None)
-        loop.call_at(when, c_go.set_result, None)
+        loop.call_at(when + 0.001, c_go.set_result, None)
 
         async def a() -> None:
             async with lock.writer_lock:
@@ -98,6 +98,9 @@ def on_stock() -> None:
 
         ta = asyncio.create_task(a())
         await asyncio.sleep(0)  # A holds the lock
-        await asyncio.gather(ta, b(), c())
+        others = [asyncio.create_task(b()), asyncio.create_task(c())]
+        await asyncio.sleep(0)  # B waits for it, C for its moment
+        time.sleep(0.03)  # the loop is busy past both deadlines
+        await asyncio.gather(ta, *others)
 
     asyncio.run(main())

@@ -63,9 +63,7 @@ def on_stock() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         lock = anyio.Lock()
-        when = loop.time() + 0.01
         a_done = loop.create_future()
-        loop.call_at(when, a_done.set_result, None)
 
         async def a() -> None:
             async with lock:
@@ -79,6 +77,8 @@ def on_stock() -> None:
         await asyncio.sleep(0)  # A holds the lock
         tb = asyncio.create_task(b())
         await asyncio.sleep(0)  # B waits for it
+        when = loop.time() + 0.001
+        loop.call_at(when, a_done.set_result, None)
         loop.call_at(when + 0.001, tb.cancel)
         time.sleep(0.03)  # the loop is busy past both deadlines
         await asyncio.gather(ta, tb, return_exceptions=True)

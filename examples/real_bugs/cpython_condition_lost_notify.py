@@ -116,11 +116,8 @@ def on_stock() -> None:
         await asyncio.sleep(0)
         second = asyncio.create_task(consumer())
         await asyncio.sleep(0)  # both wait, first at the head
-        when = loop.time() + 0.01
         job_due = loop.create_future()
         retire_due = loop.create_future()
-        loop.call_at(when, job_due.set_result, None)
-        loop.call_at(when + 0.001, retire_due.set_result, None)
 
         async def producer() -> None:
             await job_due
@@ -131,7 +128,10 @@ def on_stock() -> None:
             first.cancel()
 
         helpers = [asyncio.create_task(producer()), asyncio.create_task(retire())]
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # they wait for their moments
+        when = loop.time() + 0.001
+        loop.call_at(when, job_due.set_result, None)
+        loop.call_at(when + 0.001, retire_due.set_result, None)
         time.sleep(0.03)  # the loop is busy past both deadlines
         try:
             await asyncio.wait_for(asyncio.shield(got), 0.5)

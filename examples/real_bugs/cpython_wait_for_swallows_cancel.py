@@ -87,7 +87,7 @@ def on_stock() -> None:
 
         worker = asyncio.create_task(consumer())
         await asyncio.sleep(0)  # the consumer waits in wait_for()
-        when = loop.time() + 0.01
+        when = loop.time() + 0.001
         loop.call_at(when, queue.put_nowait, 1)
         stopped = loop.create_future()
         loop.call_at(when + 0.001, stopped.set_result, None)

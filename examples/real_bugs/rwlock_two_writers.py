@@ -71,11 +71,8 @@ def on_stock() -> None:
         loop = asyncio.get_running_loop()
         lock = aiorwlock.RWLock()
         record = _Exclusive()
-        when = loop.time() + 0.01
         a_done = loop.create_future()
         c_go = loop.create_future()
-        loop.call_at(when, a_done.set_result, None)
-        loop.call_at(when + 0.001, c_go.set_result, None)
 
         async def a() -> None:
             async with lock.writer_lock:
@@ -100,6 +97,9 @@ def on_stock() -> None:
         await asyncio.sleep(0)  # A holds the lock
         others = [asyncio.create_task(b()), asyncio.create_task(c())]
         await asyncio.sleep(0)  # B waits for it, C for its moment
+        when = loop.time() + 0.001
+        loop.call_at(when, a_done.set_result, None)
+        loop.call_at(when + 0.001, c_go.set_result, None)
         time.sleep(0.03)  # the loop is busy past both deadlines
         await asyncio.gather(ta, *others)
 

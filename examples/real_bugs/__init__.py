@@ -25,6 +25,8 @@ BUGS = [
     "cpython_wait_for_swallows_cancel",
     "cpython_condition_lost_notify",
     "async_timeout_swallows_cancel",
+    "anyio_condition_lost_notify",
+    "anyio_lock_stranded_waiter",
 ]
 
 #: The one set of timings() bounds the scoreboard uses for every bug.

@@ -92,6 +92,7 @@ async def scenario() -> None:
     finally:
         for c in consumers:
             c.cancel()
+        await asyncio.gather(*consumers, return_exceptions=True)
     assert not late, "; ".join(late)
 
 
@@ -142,5 +143,6 @@ def on_stock() -> None:
         finally:
             for t in (first, second, *helpers):
                 t.cancel()
+            await asyncio.gather(first, second, *helpers, return_exceptions=True)
 
     asyncio.run(main())

@@ -55,18 +55,26 @@ def score(name: str) -> dict:
         print(
             f"  found after {h['examples']} examples; shrinking {h['shrink_seconds']:.1f} s"
             f" ({h['runs']} runs in all); {h['decisions']} non-zero decisions;"
-            f" replay {'fails again' if h['replay'] else 'PASSES (does not replay)'}"
+            f" replay {'fails again' if h['replay'] else 'PASSES (does not replay)'};"
+            f" {h['hangs']} runs hung (dropped)"
         )
         print("  shrunk: " + h["shrunk"].replace("\n", "\n  "))
     else:
-        print(f"  NOT found in {h['examples']} examples ({h['seconds']:.1f} s)")
+        print(
+            f"  NOT found in {h['examples']} examples ({h['seconds']:.1f} s;"
+            f" {h['hangs']} runs hung, dropped)"
+        )
     s = _venv.run_in(envs["fixed"], "survive", name, str(EXAMPLES))
     row["survive"] = s
     if "error" in s:
         print(f"  fixed version: ERROR {s['error']}")
     else:
         verdict = "FALSE ALARM: " + s["violation"] if s["violation"] else "passes"
-        print(f"  fixed version ({s['version']}), {EXAMPLES} examples: {verdict}", flush=True)
+        print(
+            f"  fixed version ({s['version']}), {s['examples']} examples: {verdict}"
+            f" ({s['hangs']} more hung, dropped)" + (f"; {s['stopped']}" if "stopped" in s else ""),
+            flush=True,
+        )
     return row
 
 
@@ -91,7 +99,14 @@ def _cell(row):
         ]
     else:
         found = [f"no ({h['examples']})", "", "", ""]
-    fixed = "error" if "error" in s else ("FAILS" if s["violation"] else "passes")
+    if "error" in s:
+        fixed = "error"
+    else:
+        fixed = "FAILS" if s["violation"] else f"passes {s['examples']}"
+        if s["hangs"]:
+            fixed += f" ({s['hangs']} hung)"
+        if "stopped" in s:
+            fixed += ", then hypothesis stopped (inconsistent data after a hang)"
     return [shown] + found + [fixed]
 
 

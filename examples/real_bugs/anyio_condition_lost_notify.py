@@ -38,16 +38,17 @@ class _Jobs:
         self.cond = anyio.Condition()
         # (when it arrived, whether a consumer was idle then)
         self.jobs: collections.deque[tuple[float, bool]] = collections.deque()
-        self.idle: list[asyncio.Task] = []  # longest idle first
+        self.idle: list[anyio.CancelScope] = []  # longest idle first
 
     async def put(self, now: float) -> None:
         async with self.cond:
             self.jobs.append((now, bool(self.idle)))
             self.cond.notify(1)
 
-    async def take(self) -> tuple[float, bool]:
+    async def take(self, me: anyio.CancelScope) -> tuple[float, bool]:
+        """Called inside ``me``, the consumer's scope: cancelling it retires
+        the consumer (anyio's way to stop a task)."""
         async with self.cond:
-            me = asyncio.current_task()
             self.idle.append(me)
             try:
                 while not self.jobs:
@@ -61,8 +62,8 @@ async def scenario() -> None:
     """Three consumers take jobs that arrive every 100 ms and take 10 ms
     each; at about t=0.3 s an operator's request to scale the pool down
     arrives (``latency()``: it may arrive a little late) and its handler
-    retires the consumer idle longest.  A job must be picked up within
-    50 ms when it arrives while a consumer is idle."""
+    retires the consumer idle longest (cancels its scope).  A job must be
+    picked up within 50 ms when it arrives while a consumer is idle."""
     from pywheel import testing
 
     loop = asyncio.get_running_loop()
@@ -70,12 +71,13 @@ async def scenario() -> None:
     late: list[str] = []
 
     async def consumer() -> None:
-        while True:
-            born, idle = await q.take()
-            waited = loop.time() - born
-            if idle and waited > 0.05:
-                late.append(f"a job waited {waited:.3f} s at t={loop.time():.3f}")
-            await asyncio.sleep(0.01)  # the work
+        with anyio.CancelScope() as me:
+            while True:
+                born, idle = await q.take(me)
+                waited = loop.time() - born
+                if idle and waited > 0.05:
+                    late.append(f"a job waited {waited:.3f} s at t={loop.time():.3f}")
+                await asyncio.sleep(0.01)  # the work
 
     async def producer() -> None:
         for _ in range(30):
@@ -111,10 +113,14 @@ def on_stock() -> None:
         q = _Jobs()
         got = loop.create_future()
 
+        scopes = []
+
         async def consumer() -> None:
-            item = await q.take()
-            if not got.done():
-                got.set_result(item)
+            with anyio.CancelScope() as me:
+                scopes.append(me)
+                item = await q.take(me)
+                if not got.done():
+                    got.set_result(item)
 
         first = asyncio.create_task(consumer())
         await asyncio.sleep(0)
@@ -129,7 +135,7 @@ def on_stock() -> None:
 
         async def retire() -> None:
             await retire_due
-            first.cancel()
+            scopes[0].cancel()  # retire the first consumer
 
         helpers = [asyncio.create_task(producer()), asyncio.create_task(retire())]
         await asyncio.sleep(0)  # they wait for their moments

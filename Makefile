@@ -7,7 +7,7 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
-  warnings stubtest dist test-installed test-sdist forky parity-forky bench-forky
+  warnings stubtest dist test-installed test-sdist real-bugs forky parity-forky bench-forky
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -123,6 +123,12 @@ fmt:
 	ruff check --fix .
 	ruff format .
 	clang-format -i csrc/*.c csrc/*.h
+
+# The real-bug corpus (examples/real_bugs): each buggy and fixed version shown
+# real on the stock loop (venvs made from PyPI, cached), then the scoreboard.
+real-bugs: build
+	$(PYTHON) -m pytest -q -m real_bugs tests/test_real_bugs.py
+	$(PYTHON) -m examples.real_bugs
 
 clean:
 	rm -rf build dist *.egg-info pywheel/*.so

@@ -1,4 +1,9 @@
-"""Shared fixtures: a ManualWheel and a threaded Wheel, both closed afterwards."""
+"""Shared fixtures: a ManualWheel, a threaded Wheel and either (all closed
+afterwards), and the collectors of what the default exception handler logs
+and of what reaches sys.unraisablehook."""
+
+import logging
+import sys
 
 import pytest
 
@@ -21,13 +26,49 @@ def wheel():
     w.close(timeout=5)
 
 
+@pytest.fixture(params=["manual", "threaded"])
+def anywheel(request):
+    """Each test twice: on a ManualWheel (1 ms tick) and on a threaded Wheel."""
+    w = pywheel.ManualWheel(tick=0.001) if request.param == "manual" else pywheel.Wheel()
+    yield w
+    w.close(timeout=5)
+
+
+@pytest.fixture
+def pywheel_log():
+    """Records what the default exception handler logs, from any thread."""
+    from helpers import ListHandler
+
+    logger = logging.getLogger("pywheel")
+    handler = ListHandler()
+    logger.addHandler(handler)
+    old = logger.propagate
+    logger.propagate = False  # keep pytest's own capture out of the way
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = old
+
+
+@pytest.fixture
+def unraisable():
+    """Collects what reaches sys.unraisablehook (from any thread)."""
+    got = []
+    old = sys.unraisablehook
+    sys.unraisablehook = lambda u: got.append((u.exc_type, u.exc_value, u.err_msg))
+    try:
+        yield got
+    finally:
+        sys.unraisablehook = old
+
+
 # ---- hypothesis profiles -----------------------------------------------------
 # default: quick, for the test command.  ci: the same, derandomized, so a CI run
 # is reproducible.  deep: many thousands of examples (PYWHEEL_HYPOTHESIS=deep).
 # Every failure prints a @reproduce_failure blob, and the local example
 # database replays it on the next run.
 import os  # noqa: E402
-import sys  # noqa: E402
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

@@ -1,9 +1,16 @@
-"""Helpers shared by the subprocess-based test files."""
+"""Helpers shared by the test files: child interpreters (run_script, and run()
+with its PRELUDE for the exit, close, fork and signal cases), polling, the
+statistics identity, and small callables and exception handlers."""
 
+import logging
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+
+import pytest
 
 import pywheel
 
@@ -42,3 +49,146 @@ def run_script(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
 def thread_count() -> int:
     """Threads of this process, native wheel threads included."""
     return len(os.listdir("/proc/self/task"))
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.002) -> bool:
+    """Polls predicate until it holds or timeout seconds pass; its last answer."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            return predicate()
+        time.sleep(interval)
+    return True
+
+
+def conserved(w) -> bool:
+    s = w.stats()
+    return s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]
+
+
+TICK_NS = 1_000_000  # the fixtures' tick
+
+
+def ceil_tick_ns(when_ns: int, tick_ns: int = TICK_NS) -> int:
+    return -(-when_ns // tick_ns) * tick_ns
+
+
+def settle(w, predicate) -> None:
+    """Lets every timer due within the next second run (ManualWheel: advance)."""
+    if isinstance(w, pywheel.ManualWheel):
+        w.advance(1.0)
+    assert wait_for(predicate)
+
+
+class Callback:
+    def __call__(self, *args):
+        pass
+
+
+def raiser(arg):
+    raise ValueError(arg)
+
+
+class IndexOnly:
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+    def __repr__(self):
+        return f"IndexOnly({self.value!r})"
+
+
+class Recorder:
+    """An exception handler that keeps the contexts it was given (thread-safe)."""
+
+    def __init__(self):
+        self.contexts = []
+        self.lock = threading.Lock()
+
+    def __call__(self, wheel, context):
+        with self.lock:
+            self.contexts.append(context)
+
+    def types(self):
+        return [type(c.get("exception")) for c in self.contexts]
+
+
+class ListHandler(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+# ---- child interpreters for the crash-prone cases (exit, close, fork, signals)
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+# Shared by every script: helpers to print at once and to wait for something.
+PRELUDE = """
+import os, sys, time, threading, gc
+import pywheel
+
+def say(*args):
+    print(*args, flush=True)
+
+def wait_for(predicate, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            return predicate()
+        time.sleep(0.005)
+    return True
+
+def thread_count():
+    return len(os.listdir("/proc/self/task"))
+"""
+
+
+# Prepended to the scripts that fork a process with live wheel threads: that
+# is what they test.  3.12+ warns about exactly this (DeprecationWarning: "This
+# process (pid=...) is multi-threaded, use of fork() may lead to deadlocks in
+# the child"), which the tests would read as unexpected stderr; that warning,
+# and no other, is silenced.
+FORK_ON_PURPOSE = r"""
+import warnings
+warnings.filterwarnings(
+    "ignore",
+    message=r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks",
+    category=DeprecationWarning,
+)
+"""
+
+
+def run(code: str, timeout: float = 30.0, *, forks: bool = False) -> subprocess.CompletedProcess:
+    env = child_env()
+    script = PRELUDE + (FORK_ON_PURPOSE if forks else "") + textwrap.dedent(code)
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=ROOT,
+        )
+    except subprocess.TimeoutExpired as e:  # a hang: say where
+        pytest.fail(f"hung (> {timeout} s); stdout so far:\n{e.stdout}\nstderr:\n{e.stderr}")
+
+
+def run_forking(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    return run(code, timeout, forks=True)
+
+
+def lines(proc) -> list[str]:
+    return proc.stdout.splitlines()
+
+
+def clean_exit(proc, code: int = 0) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Fatal Python error" not in proc.stderr, proc.stderr
+    assert "Segmentation fault" not in proc.stderr, proc.stderr

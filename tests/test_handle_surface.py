@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+import pywheel
 import pywheel.asyncio as pwa
 import pywheel.testing as pwt
+from pywheel import ManualWheel, TimerHandle, Wheel
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -256,3 +258,46 @@ def test_stock_semantics_hold_on_the_loops(stock):
             assert sorted([c, a])[0] is a, kind
         finally:
             loop.close()
+
+
+# ---------------------------------------------------------------------------
+# pywheel.TimerHandle, the core's handle (README, What you can rely on), and
+# the package's public names
+
+
+def test_handle_repr(manual):
+    def my_callback():
+        pass
+
+    h = manual.call_later(1, my_callback)
+    r = repr(h)
+    assert "pending" in r and "my_callback" in r
+    hr = manual.call_every(0.5, my_callback)
+    assert "pending" in repr(hr) and "my_callback" in repr(hr) and "0.5" in repr(hr)
+    h.cancel()
+    assert "cancelled" in repr(h)
+    d = manual.call_later(0.001, my_callback)
+    manual.advance(0.001)
+    assert "done" in repr(d)
+    hr.cancel()
+
+
+def test_handle_equality_is_identity(manual):
+    a = manual.call_later(1, print, 1)
+    b = manual.call_later(1, print, 1)
+    assert a == a
+    assert a != b
+    assert len({a, b, a}) == 2
+    assert hash(a) == hash(a)
+
+
+def test_handle_cannot_be_instantiated():
+    with pytest.raises(TypeError):
+        TimerHandle()
+    with pytest.raises(TypeError):
+        type(pywheel.ManualWheel().call_later(1, print))()
+
+
+def test_public_surface():
+    assert set(pywheel.__all__) == {"ManualWheel", "TimerHandle", "Wheel"}
+    assert issubclass(ManualWheel, Wheel)

@@ -6,13 +6,16 @@ is reached by advancing: the last tick, whose boundary lies past 2**63 ns,
 runs its timers at their exact deadlines."""
 
 import asyncio
+import fractions
 import math
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
+from helpers import IndexOnly
 
 import pywheel
+from pywheel import ManualWheel
 from pywheel.asyncio import WheelEventLoop
 
 HUGE = [Decimal("1e400"), Decimal("-1e400"), 10**400, -(10**400), Fraction(10**400, 3)]
@@ -136,4 +139,33 @@ def test_advancing_to_a_top_deadline_itself_runs_it(tick):
     h = w.call_at(9223372036.854774, ran.append, 1)
     assert w.advance_to(math.nextafter(h.when(), 0)) == 0  # never early
     assert w.advance_to(h.when()) == 1 and ran == [1]
+    w.close()
+
+
+# These numbers are beyond a float's range but are numbers: like a huge int
+# they are beyond the clock's range and refused with OverflowError wherever
+# a time is expected (they meant "never" before issue 9; inf still does).
+HUGE_FRACTION_OR_INDEX = [
+    (fractions.Fraction(10**400), 1),
+    (IndexOnly(10**400), 1),
+    (-fractions.Fraction(10**400), -1),
+    (IndexOnly(-(10**400)), -1),
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "sign"), HUGE_FRACTION_OR_INDEX, ids=["Fraction", "index", "-Fraction", "-index"]
+)
+def test_huge_fraction_or_index_is_refused_like_a_huge_int(value, sign):
+    w = ManualWheel(start=10)
+    for v in (sign * 10**400, value):  # the int reference, then the others
+        with pytest.raises(OverflowError, match="beyond the clock's range"):
+            w.call_later(v, print)
+        with pytest.raises(OverflowError, match="beyond the clock's range"):
+            w.call_at(v, print)
+        with pytest.raises(OverflowError):
+            w.call_every(v, print)
+        with pytest.raises(OverflowError):
+            ManualWheel(tick=v)
+    assert len(w) == 0 and w.stats()["scheduled"] == 0
     w.close()

@@ -77,7 +77,7 @@ def settle(w, predicate) -> None:
     """Lets every timer due within the next second run (ManualWheel: advance)."""
     if isinstance(w, pywheel.ManualWheel):
         w.advance(1.0)
-    assert wait_for(predicate)
+    assert wait_for(predicate, timeout=5.0)
 
 
 class Callback:

@@ -97,7 +97,7 @@ def test_cancel_true_means_never_started_stress(wheel):
     done = threading.Event()
     wheel.call_later(0.05, done.set)
     assert done.wait(5)
-    assert wait_for(lambda: len(wheel) == 0)
+    assert wait_for(lambda: len(wheel) == 0, timeout=5.0)
     assert len(ran) == len(set(ran))  # nothing ran twice
     expected = {i for i in range(n) if not results.get(i, False)}
     assert set(ran) == expected

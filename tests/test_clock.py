@@ -31,7 +31,7 @@ def test_threaded_wheel_fires_with_positional_args(wheel):
     assert done.wait(5)
     assert got[0][0] == (1, "two", None)
     assert got[0][1] != threading.get_ident()  # ran on the wheel's own thread
-    assert wait_for(lambda: wheel.stats()["fired"] == 1)
+    assert wait_for(lambda: wheel.stats()["fired"] == 1, timeout=5.0)
     assert not h.cancelled()
     assert h.cancel() is False
     assert len(wheel) == 0

@@ -69,7 +69,7 @@ def test_callback_context_changes_do_not_leak(anywheel, caller_has_vars, same_ti
         anywheel.call_later(0.002 if same_tick else 0.004, reader)
         if isinstance(anywheel, ManualWheel):
             anywheel.advance(0.01)  # callbacks run on this thread, inside this context
-        assert wait_for(lambda: len(seen) == 2)
+        assert wait_for(lambda: len(seen) == 2, timeout=5.0)
         # nothing came back into the caller's context
         assert LEAK.get("unset") == "unset"
         assert VAR.get("unset") == ("caller" if caller_has_vars else "unset")

@@ -400,7 +400,7 @@ def test_refcounts_return_threaded(end):
         gc.collect()
         return [sys.getrefcount(x) for x in (cb, arg)] == base
 
-    assert wait_for(back)
+    assert wait_for(back, timeout=5.0)
     w.close()
 
 

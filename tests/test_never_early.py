@@ -28,7 +28,7 @@ def test_never_early_threaded(wheel):
         t0 = time.monotonic()
         h = wheel.call_later(d, cb, i)
         plan.append((t0, d, h))
-    assert wait_for(lambda: all(t is not None for t in ran_at))
+    assert wait_for(lambda: all(t is not None for t in ran_at), timeout=5.0)
     for (t0, d, h), t in zip(plan, ran_at, strict=True):
         assert t >= t0 + d
         assert t >= h.when()
@@ -44,7 +44,7 @@ def test_never_early_threaded_call_at(wheel):
     for i in range(n):
         when = base + rng.uniform(-0.001, 0.03)
         handles.append(wheel.call_at(when, lambda i=i: ran_at.__setitem__(i, time.monotonic())))
-    assert wait_for(lambda: all(t is not None for t in ran_at))
+    assert wait_for(lambda: all(t is not None for t in ran_at), timeout=5.0)
     for h, t in zip(handles, ran_at, strict=True):
         assert t >= h.when()
 

@@ -88,7 +88,7 @@ def test_order_threaded_call_at_near_future(wheel):
             when = base + rng.uniform(0, 0.04)
         handles.append(wheel.call_at(when, ran.append, i))
     assert wheel.time() < base, "scheduling took longer than the margin"
-    assert wait_for(lambda: len(ran) == 1000)
+    assert wait_for(lambda: len(ran) == 1000, timeout=5.0)
     assert ran == sorted(range(1000), key=lambda i: (handles[i].when(), i))
 
 

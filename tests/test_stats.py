@@ -80,7 +80,7 @@ def test_stats_conservation_threaded(wheel):
     r = wheel.call_every(0.005, lambda: None)
     time.sleep(0.03)
     r.cancel()
-    assert wait_for(lambda: len(wheel) == 0)
+    assert wait_for(lambda: len(wheel) == 0, timeout=5.0)
     s = wheel.stats()
     assert s["fired"] + s["cancelled"] == s["scheduled"]
     assert s["wakeups"] >= 1

@@ -53,7 +53,7 @@ valgrind:
 	$(CC) $(CFLAGS_C) -o build/test_slab $(CORE)/test_slab.c $(CORE)/slab.c
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_slab 1 100000
 
-# Every C file, module.c with Python's headers, under -Wall -Wextra -Werror,
+# Every C file, the binding's with Python's headers, under -Wall -Wextra -Werror,
 # with gcc and with clang (apt-get install clang); a missing compiler is said.
 warnings:
 	@inc=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \

@@ -54,3 +54,14 @@ def test_the_core_includes_only_itself_and_the_c_library():
         for name in re.findall(r'^\s*#\s*include\s*"([^"]+)"', text, re.M):
             assert name in core_headers, f"{os.path.relpath(path, CSRC)} includes {name}"
 
+
+def test_no_c_file_is_longer_than_the_limit():
+    long = []
+    for path in c_files(CSRC):
+        if os.path.basename(path).startswith("test_"):
+            continue  # the C test programs are checklists, long by nature
+        with open(path) as f:
+            n = sum(1 for _ in f)
+        if n > LIMIT:
+            long.append(f"{os.path.relpath(path, CSRC)}: {n} lines")
+    assert not long, f"split these (limit {LIMIT}): {long}"

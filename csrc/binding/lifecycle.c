@@ -63,6 +63,9 @@ static core **registry_snapshot(void) {
   return all;
 }
 
+/* ------------------------------------------------------------------ */
+/* a core's creation and closing                                      */
+
 /* The driver's may_cut: a part of a threaded wheel's expiry may end after
  * `last` if every timer left in the wheel runs after it.  Those left are at
  * or after `next` in (tick, sub, seq) order, so a later tick or a greater
@@ -244,6 +247,9 @@ core *pw__core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
   }
   return c;
 }
+
+/* ------------------------------------------------------------------ */
+/* waiting for a wheel's thread to leave (close(timeout=...))          */
 
 /* Waits for the thread to leave, in slices, so that Ctrl-C is delivered
  * while close() blocks (the SimpleQueue.get pattern). */

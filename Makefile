@@ -2,7 +2,9 @@
 # `import pywheel` from this folder is always the fresh build.
 PYTHON ?= python3
 CC ?= cc
-CFLAGS_C = -std=c11 -O2 -g -Wall -Wextra -Werror -Icsrc
+CORE = csrc/core
+BINDING = csrc/binding
+CFLAGS_C = -std=c11 -O2 -g -Wall -Wextra -Werror -I$(CORE)
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
@@ -17,25 +19,25 @@ test: build
 
 test-c:
 	mkdir -p build
-	$(CC) $(CFLAGS_C) -o build/test_wheel csrc/test_wheel.c csrc/wheel.c
-	$(CC) $(CFLAGS_C) -o build/test_driver csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
-	$(CC) $(CFLAGS_C) -o build/test_slab csrc/test_slab.c csrc/slab.c
+	$(CC) $(CFLAGS_C) -o build/test_wheel $(CORE)/test_wheel.c $(CORE)/wheel.c
+	$(CC) $(CFLAGS_C) -o build/test_driver $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
+	$(CC) $(CFLAGS_C) -o build/test_slab $(CORE)/test_slab.c $(CORE)/slab.c
 	./build/test_wheel 1 && ./build/test_wheel 2 && ./build/test_driver && ./build/test_slab
 
 # The driver's C test under ThreadSanitizer.
 tsan:
 	mkdir -p build
 	$(CC) $(CFLAGS_C) -O1 -fsanitize=thread -o build/test_driver_tsan \
-	  csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
+	  $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
 	TSAN_OPTIONS=halt_on_error=1 ./build/test_driver_tsan 4 3000
 
 # The C tests under ASan+UBSan, then the whole Python suite against an
 # ASan+UBSan build of the extension (rebuilt normally afterwards).
 sanitize:
 	mkdir -p build
-	$(CC) $(CFLAGS_C) $(SAN) -o build/test_wheel_san csrc/test_wheel.c csrc/wheel.c
+	$(CC) $(CFLAGS_C) $(SAN) -o build/test_wheel_san $(CORE)/test_wheel.c $(CORE)/wheel.c
 	./build/test_wheel_san 1
-	$(CC) $(CFLAGS_C) $(SAN) -o build/test_slab_san csrc/test_slab.c csrc/slab.c
+	$(CC) $(CFLAGS_C) $(SAN) -o build/test_slab_san $(CORE)/test_slab.c $(CORE)/slab.c
 	./build/test_slab_san 1
 	PYWHEEL_SANITIZE=address,undefined $(PYTHON) setup.py -q build_ext --inplace --force
 	LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -44,21 +46,21 @@ sanitize:
 
 valgrind:
 	mkdir -p build
-	$(CC) $(CFLAGS_C) -o build/test_wheel csrc/test_wheel.c csrc/wheel.c
+	$(CC) $(CFLAGS_C) -o build/test_wheel $(CORE)/test_wheel.c $(CORE)/wheel.c
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_wheel 1 20000
-	$(CC) $(CFLAGS_C) -o build/test_driver csrc/test_driver.c csrc/driver.c csrc/wheel.c -lpthread
+	$(CC) $(CFLAGS_C) -o build/test_driver $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_driver 2 2000
-	$(CC) $(CFLAGS_C) -o build/test_slab csrc/test_slab.c csrc/slab.c
+	$(CC) $(CFLAGS_C) -o build/test_slab $(CORE)/test_slab.c $(CORE)/slab.c
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_slab 1 100000
 
-# Every C file, module.c with Python's headers, under -Wall -Wextra -Werror,
+# Every C file, the binding's with Python's headers, under -Wall -Wextra -Werror,
 # with gcc and with clang (apt-get install clang); a missing compiler is said.
 warnings:
 	@inc=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
 	status=0; for cc in gcc clang; do \
 	  if ! command -v $$cc >/dev/null; then echo "$$cc: not installed, skipped"; continue; fi; \
-	  for f in csrc/*.c; do \
-	    $$cc -std=c11 -O2 -Wall -Wextra -Werror -fsyntax-only -Icsrc -I$$inc $$f || status=1; \
+	  for f in $(CORE)/*.c $(BINDING)/*.c; do \
+	    $$cc -std=c11 -O2 -Wall -Wextra -Werror -fsyntax-only -I$(CORE) -I$(BINDING) -I$$inc $$f || status=1; \
 	  done; echo "$$cc: checked"; \
 	done; exit $$status
 
@@ -117,12 +119,12 @@ bench: build
 lint:
 	ruff check .
 	ruff format --check .
-	clang-format --dry-run --Werror csrc/*.c csrc/*.h
+	clang-format --dry-run --Werror $(CORE)/*.[ch] $(BINDING)/*.[ch]
 
 fmt:
 	ruff check --fix .
 	ruff format .
-	clang-format -i csrc/*.c csrc/*.h
+	clang-format -i $(CORE)/*.[ch] $(BINDING)/*.[ch]
 
 # The real-bug corpus (examples/real_bugs): each buggy and fixed version shown
 # real on the stock loop (venvs made from PyPI, cached), then the scoreboard.

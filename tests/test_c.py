@@ -1,8 +1,8 @@
 """The C test programs, built with the system compiler and run from pytest.
 
-csrc/test_wheel.c drives the pure wheel with randomized schedules against a
+csrc/core/test_wheel.c drives the pure wheel with randomized schedules against a
 brute-force model and calls the wheel's checker after every step;
-csrc/test_driver.c runs the driver thread without Python."""
+csrc/core/test_driver.c runs the driver thread without Python."""
 
 import os
 import shutil
@@ -13,15 +13,17 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CSRC = os.path.join(ROOT, "csrc")
+CORE = os.path.join(CSRC, "core")  # the pure wheel, driver and slabs; no Python.h
+BINDING = os.path.join(CSRC, "binding")  # the CPython binding
 CC = os.environ.get("CC", "cc")
-CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", CSRC]
+CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", CORE, "-I", BINDING]
 
 pytestmark = pytest.mark.skipif(shutil.which(CC) is None, reason="needs a C compiler")
 
 
 def build(tmp_path_factory, name: str, sources: list[str], extra: list[str] = ()) -> str:
     out = str(tmp_path_factory.mktemp("cbuild") / name)
-    cmd = [CC, *CFLAGS, *extra, "-o", out, *[os.path.join(CSRC, s) for s in sources], "-lpthread"]
+    cmd = [CC, *CFLAGS, *extra, "-o", out, *[os.path.join(CORE, s) for s in sources], "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return out
@@ -71,7 +73,9 @@ def test_extension_compiles_without_warnings():
     import sysconfig
 
     include = sysconfig.get_paths()["include"]
-    for src in ["wheel.c", "driver.c", "module.c", "test_wheel.c", "test_driver.c"]:
-        cmd = [CC, *CFLAGS, "-fsyntax-only", "-I", include, os.path.join(CSRC, src)]
+    # Every C file of both folders (a new binding file is checked unasked).
+    sources = [os.path.join(d, f) for d in (CORE, BINDING) for f in sorted(os.listdir(d))]
+    for src in [s for s in sources if s.endswith(".c")]:
+        cmd = [CC, *CFLAGS, "-fsyntax-only", "-I", include, src]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0 and not proc.stderr, proc.stderr

@@ -1,6 +1,6 @@
 """A large expiry on a threaded wheel is handed to the callbacks in parts.
 
-The wheel's thread gathers at most a part (4096 timers, PW_CHUNK in module.c)
+The wheel's thread gathers at most a part (4096 timers, PW_CHUNK in csrc/binding/module.h)
 before the first callback runs, then gathers the next part while it still
 holds the GIL.  What must not change: every timer runs once, in exact-deadline
 order (even inside one tick, whose timers a part boundary may split), nothing

@@ -1,4 +1,4 @@
-"""Handles live in their wheel's slabs (csrc/slab.h): the collector walks them
+"""Handles live in their wheel's slabs (csrc/core/slab.h): the collector walks them
 in memory order.  What users must not notice: handles outlive their wheel,
 memory comes back, tracemalloc still sees it, and cycles through pending
 callbacks are still found however many pages they spread over."""

@@ -1,4 +1,4 @@
-"""A cffi (API mode) binding of csrc/wheel.h, built for the tests only.
+"""A cffi (API mode) binding of csrc/core/wheel.h, built for the tests only.
 
 The pure wheel is driven directly, with no thread and no CPython binding in
 the way.  build() compiles it once per variant into a private folder; with
@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CSRC = os.path.join(ROOT, "csrc")
+CSRC = os.path.join(ROOT, "csrc", "core")  # the pure core: wheel.c needs nothing else
 
 CDEF = """
 typedef uint64_t pw_tick_t;

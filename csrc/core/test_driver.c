@@ -60,7 +60,7 @@ static void run_part(pw_driver *d) {
   atomic_fetch_add(&fx.batches, 1);
 }
 
-/* As module.c's hook: the batch, then the rest of a large due set part by
+/* As the binding's hook (binding/batch.c): the batch, then the rest of a large due set part by
  * part (the driver collects at most CHUNK at a time here). */
 static void on_run(pw_driver *d, void *arg) {
   (void)arg;
@@ -132,7 +132,7 @@ static void *worker(void *p) {
 }
 
 /* Groups by sub: an even group may be cut anywhere, an odd one only at its
- * edges (as module.c's coarse order keys). */
+ * edges (as the binding's coarse order keys, binding/module.h). */
 static bool cut_at_edges(const pw_timer *last, const pw_timer *next, void *arg) {
   (void)arg;
   return last->deadline != next->deadline || last->sub != next->sub || last->sub % 2 == 0;

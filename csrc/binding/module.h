@@ -1,0 +1,348 @@
+/*
+ * module.h -- what the files of pywheel._core's CPython binding share: module
+ * state, the structs (HandleObject, WheelObject, core), the static inline
+ * helpers the hot paths need (call_later, cancel, reschedule and the batch
+ * runner call nothing across files that was inline before the split), and
+ * the pw__ functions one file offers the others.  Every file of the binding
+ * includes this header first and is bound by the paragraphs below.
+ *
+ * The files, one concern each (the CPython Modules/_sqlite/ shape):
+ *   module.c       the module: its method table, exec, traverse, clear
+ *   handle.c       TimerHandle: cancel, reschedule, when, repr, hash, equality
+ *   wheel.c        Wheel: construction, scheduling, close, stats, its type tables
+ *   manual.c       ManualWheel: advancing time by hand, collect/run due timers
+ *   batch.c        running a batch (GIL held) and the wheel thread's hooks
+ *   lifecycle.c    the registry of live cores, a core's creation and closing,
+ *                  waiting for a thread, atexit and fork
+ *   conversions.c  seconds <-> nanoseconds, the time range, lateness histogram
+ *   errors.c       exception reporting (the handler, the default handler)
+ *                  and the one-argument parser the methods share
+ * None of them includes a core source; the core (../core/) never sees Python.
+ *
+ * Ownership, in one paragraph.  A Wheel object owns a `core` (the driver, its
+ * wheel and the counters), shared by reference count with the native thread.
+ * A scheduled handle is owned by the wheel: one reference, taken when it is
+ * linked and handed on, without touching the count, when the thread pops it
+ * into a batch (it has no GIL then).  The batch runner, which holds the GIL,
+ * drops that reference after the run, or hands it back to the wheel when a
+ * repeating timer is re-armed.  Handles do not own their wheel or core: a
+ * handle can reach its core only while it is pending, and every pending
+ * handle is cancelled when the wheel closes, which it does at the latest in
+ * its dealloc.  So dropping the wheel stops the thread.
+ *
+ * Lock order: GIL, then core mutex, never the other way.  The thread never
+ * holds the mutex while taking the GIL; Python code never runs under it.
+ *
+ * Garbage collector: handles are not GC objects, so a million pending
+ * timers add nothing to the collector's generations.  The wheel's traverse
+ * reports the callbacks, arguments and contexts of its pending handles, so a
+ * cycle through a pending callback back to its wheel is still collected; it
+ * finds them by walking the wheel's handle slabs (slab.h) in memory order,
+ * which costs a full collection a sequential scan, not a cache miss per
+ * pending timer.
+ *
+ * Free-threaded CPython.  The module does not declare Py_mod_gil, so a
+ * free-threaded build turns the GIL back on when it is imported.  Before
+ * declaring Py_MOD_GIL_NOT_USED, everything the GIL now serialises must
+ * become atomic or locked (then be tested on 3.13t under TSan): the core's
+ * counters and lateness histogram (update under drv.mu, stats() snapshots
+ * under it); a handle's state (a compare-and-swap decides who cancels, moves
+ * or runs it, and only the winner touches callback/args/context; close_core
+ * must mark before it reuses link.next for its chain); when_ns, interval_ns,
+ * overdue (atomic 64-bit); h->core (a reference taken under the lock);
+ * core.running, closed and closed_why; core.owner (try-incref under a lock);
+ * WheelObject.handler (a critical section); a ManualWheel's advancing (a
+ * compare-and-swap), manual_ns, part_tick/part_min (readers under mu);
+ * drv.batch_pos and batch_live, which run_batch keeps without mu; empty_ctx (follows
+ * from an exclusive runner); modstate.exited and the fail_alloc test hook.
+ * Already safe: the registry and refs, the fork flags, the thread-locals,
+ * tstate and waiting_for.
+ */
+#ifndef PW_BINDING_MODULE_H
+#define PW_BINDING_MODULE_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <structmember.h>
+
+#include "driver.h"
+#include "slab.h"
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define pw_is_finalizing() Py_IsFinalizing()
+#else
+#define pw_is_finalizing() _Py_IsFinalizing()
+#endif
+
+#define NEVER_NS INT64_MAX   /* deadline of a timer that never runs (delay inf) */
+#define PAST_NS INT64_MIN    /* deadline of delay -inf */
+#define MIN_NS (PAST_NS + 2) /* the range of a finite time */
+#define MAX_NS (NEVER_NS - 1)
+#define LATE_BUCKETS (48 * 8)
+/* Timers a threaded wheel gathers before it starts running them: the first
+ * callback of a million-timer expiry waits for this many, not a million. */
+#define PW_CHUNK 4096
+
+/* ------------------------------------------------------------------ */
+/* objects                                                             */
+
+enum { H_PENDING, H_DONE, H_CANCELLED };
+
+typedef struct core core;
+
+typedef struct {
+  PyObject_HEAD
+      /* state and overdue sit in the timer's owner bytes, which would be its
+       * padding otherwise: a handle takes 104 bytes, not 112 */
+      union {
+    pw_timer node;
+    struct {
+      char node_head_[offsetof(pw_timer, owner)];
+      uint8_t state; /* H_PENDING, H_DONE or H_CANCELLED */
+      bool overdue;  /* scheduled for a time already past: no lateness recorded */
+      bool stock;    /* an event loop's: asyncio.TimerHandle's semantics (see handle_cancel) */
+    };
+  };
+  PyObject *callback; /* NULL once it can never run again */
+  PyObject *args;     /* tuple, or NULL for no arguments */
+  PyObject *context;  /* NULL: run in a fresh empty context */
+  int64_t when_ns;    /* exact deadline of the next (or last) run */
+  int64_t interval_ns;
+  core *core; /* valid while pending */
+} HandleObject;
+
+_Static_assert(sizeof(void *) != 8 || sizeof(HandleObject) == 104,
+               "a handle's size is part of the memory figures in the README");
+
+typedef struct WheelObject {
+  PyObject_HEAD core *core;
+  PyObject *handler; /* exception handler or NULL */
+  PyObject *weakreflist;
+} WheelObject;
+
+struct core {
+  pw_driver drv;
+  atomic_int refs; /* the Wheel object, the thread, and short-lived waiters */
+  PyInterpreterState *interp;
+  PyThreadState *tstate; /* the wheel thread's, for its whole life */
+  WheelObject *owner;    /* borrowed; NULL once the Wheel object is gone */
+  PyTypeObject *htype;   /* strong */
+  HandleObject *running; /* handle whose callback runs now, or NULL */
+  PyObject *empty_ctx;   /* context entered for callbacks without one */
+  bool manual, closed;
+  bool stock;  /* an event loop's wheel: its handles behave as asyncio's (see handle_cancel) */
+  bool forked; /* set in a forked child for the cores that existed at fork */
+  bool fork_own_thread; /* ... and fork() was called on this core's wheel thread */
+  bool thread_alive_at_fork;
+  int thread_state_made;    /* 0 while the thread starts, then 1, or -1 if it could not */
+  struct core *waiting_for; /* the core whose thread this one's waits for (wait_mu) */
+  unsigned long advancing;  /* ManualWheel: ident of the thread inside advance(), or 0 */
+  const char *closed_why;
+  int64_t manual_ns; /* ManualWheel's clock */
+  /* ManualWheel, for exact deadlines: while part_tick != 0, part_min is the
+   * least exact deadline among the linked timers of tick part_tick (NEVER_NS
+   * if none).  Kept by pw__schedule and cancel, dropped when that tick is
+   * collected or timers are put back (see exact_min). */
+  pw_tick_t part_tick;
+  int64_t part_min;
+  /* Where its handles are allocated (see slab.h), so that the collector's
+   * walk over them reads memory in order.  Released by the Wheel object's
+   * dealloc, under the GIL like every call on it; handles outliving the
+   * wheel keep it. */
+  pw_slab_set *slabs;
+  uint64_t scheduled, fired, cancelled, errors, skipped, rescheduled;
+  uint64_t late_n, late_max_ns, late[LATE_BUCKETS];
+  core *reg_next, *reg_prev;
+};
+
+typedef struct {
+  PyTypeObject *handle_type;
+  PyTypeObject *wheel_type;
+  PyTypeObject *manual_type;
+  bool exited; /* the atexit hook ran: no new wheel threads, no more waiting */
+} modstate;
+
+static inline HandleObject *handle_of(pw_timer *t) {
+  return (HandleObject *)((char *)t - offsetof(HandleObject, node));
+}
+
+/* Whether a batch entry is still the batch's to run: pending, and not
+ * linked again by a reschedule since it was collected (then it is the
+ * wheel's, and the batch only holds a reference to drop). */
+static inline bool batch_owns(pw_timer *t) {
+  return handle_of(t)->state == H_PENDING && !pw_timer_linked(t);
+}
+
+/* ------------------------------------------------------------------ */
+/* what one file offers the others: calls that were not inline before    */
+
+/* conversions.c */
+double pw__s_of_ns(int64_t ns);
+int pw__seconds_to_ns(PyObject *o, const char *what, int64_t *out);
+int pw__time_to_ns(PyObject *o, const char *what, int64_t *out);
+int pw__target_to_ns(PyObject *o, const char *what, bool whole_reading, int64_t *out);
+int pw__add_time(int64_t a, int64_t b, const char *what, int64_t *out);
+double pw__late_quantile(const core *c, double q);
+
+/* errors.c */
+PyObject *pw__fetch_exc(void);
+void pw__restore_exc(PyObject *exc);
+PyObject *pw__default_handler_impl(PyObject *context);
+void pw__call_handler(WheelObject *wheel, PyObject *context);
+void pw__report_callback_error(core *c, WheelObject *owner, HandleObject *h);
+PyObject *pw__one_arg(const char *fname, const char *kwname, PyObject *const *args,
+                      Py_ssize_t nargs, PyObject *kwnames);
+
+/* handle.c */
+extern PyType_Spec pw__handle_spec;
+
+/* wheel.c */
+PyObject *pw__manual_new(PyTypeObject *type, PyObject *args, PyObject *kw);
+PyObject *pw__mod_batch_live(PyObject *m, PyObject *arg);
+PyObject *pw__mod_fail_alloc_after(PyObject *Py_UNUSED(m), PyObject *arg);
+PyObject *pw__schedule(WheelObject *self, int64_t when_ns, bool overdue, int64_t interval_ns,
+                       PyObject *const *args, Py_ssize_t nargs, PyObject *context_o);
+extern PyType_Spec pw__wheel_spec;
+
+/* manual.c */
+extern PyType_Spec pw__manual_spec;
+
+/* batch.c */
+int pw__cmp_handles(const void *a, const void *b);
+void pw__batch_put_back(core *c);
+Py_ssize_t pw__run_batch(core *c);
+extern _Thread_local core *pw__thread_core;
+void pw__hook_start(pw_driver *d, void *arg);
+void pw__hook_run(pw_driver *d, void *arg);
+void pw__hook_stop(pw_driver *Py_UNUSED(d), void *arg);
+void pw__hook_exit(pw_driver *Py_UNUSED(d), void *arg);
+
+/* lifecycle.c */
+void pw__core_decref(core *c);
+PyObject *pw__closed_error(core *c);
+size_t pw__batch_live_scan_locked(core *c);
+PyObject *pw__close_core(core *c, const char *why, bool want_list);
+void pw__core_release_slabs(core *c);
+core *pw__core_new(int64_t tick_ns, bool manual, int64_t start_ns);
+PyObject *pw__close_and_wait(WheelObject *self, int64_t timeout);
+PyObject *pw__mod_shutdown(PyObject *m, PyObject *arg);
+void pw__register_atfork(void);
+PyObject *pw__mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored));
+
+/* ------------------------------------------------------------------ */
+/* small helpers of the hot paths, inline in every file that uses them   */
+
+static inline double ns_to_s(int64_t ns) {
+  if (ns == NEVER_NS)
+    return Py_HUGE_VAL;
+  if (ns <= PAST_NS + 1) /* call_every(first=-inf) is anchored at PAST_NS + 1 */
+    return -Py_HUGE_VAL;
+  return pw__s_of_ns(ns);
+}
+
+/* a + b saturated: for waits on the real clock, where "too far" means "no
+ * limit" (close()'s timeout, the exit grace). */
+static inline int64_t add_sat(int64_t a, int64_t b) {
+  if (a == NEVER_NS || b == NEVER_NS)
+    return NEVER_NS;
+  if (b > 0 && a > INT64_MAX - b)
+    return NEVER_NS;
+  if (b < 0 && a < INT64_MIN - b)
+    return PAST_NS + 1;
+  return a + b;
+}
+
+static inline pw_tick_t deadline_tick(core *c, int64_t ns) {
+  return ns == NEVER_NS ? PW_TICK_MAX : pw_tick_ceil(ns, c->drv.tick_ns);
+}
+
+/* The wheel orders one tick's timers by `sub` before their scheduling
+ * order: the exact deadline's offset within its tick (when - tick_ns < ns
+ * <= when) gives the exact-deadline order asyncio uses, so the wheel hands a
+ * tick's timers out in their final order and a part may end anywhere.
+ * Tick 0 (every deadline at or before the clock's epoch) and ticks longer
+ * than 2**32 ns have more offsets than a sub holds: there sub is
+ * sub_coarse() of the offset, exact (one deadline a value) below 2**31 and
+ * ordered but shared by nearby deadlines above, where sort_exact orders
+ * each part and a part ends only where the sub changes (may_cut). */
+#define SUB_EXACT ((uint64_t)1 << 31)
+
+/* Monotone in u: u itself below 2**31; above, 6 bits of magnitude and the
+ * next 25 bits (a relative step of 2**-25), which fits in 32 bits. */
+static inline uint32_t sub_coarse(uint64_t u) {
+  if (u < SUB_EXACT)
+    return (uint32_t)u;
+  int e = 63 - __builtin_clzll(u); /* 31..63 */
+  return (uint32_t)(SUB_EXACT + ((uint64_t)(e - 31) << 25) + ((u >> (e - 25)) & ((1u << 25) - 1)));
+}
+
+/* Tick 0 orders by how far before the epoch, reversed; PAST_NS (delay
+ * -inf), 2**63 ns before it, is the only u with that magnitude. */
+#define SUB_PAST UINT32_C(0x3fffffff) /* UINT32_MAX - sub_coarse(2**63) */
+
+static inline void set_sub(core *c, HandleObject *h, pw_tick_t tick) {
+  int64_t tick_ns = c->drv.tick_ns;
+  if (tick == PW_TICK_MAX)
+    h->node.sub = 0;
+  else if (tick == 0)
+    h->node.sub = UINT32_MAX - sub_coarse((uint64_t)0 - (uint64_t)h->when_ns);
+  else if (tick_ns <= ((int64_t)1 << 32))
+    h->node.sub = (uint32_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1);
+  else
+    h->node.sub = sub_coarse((uint64_t)(h->when_ns - (int64_t)(tick - 1) * tick_ns - 1));
+}
+
+/* Whether one sub value stands for a single exact deadline of its tick. */
+static inline bool sub_exact(const core *c, pw_tick_t tick, uint32_t sub) {
+  if (tick == 0)
+    return sub >= SUB_EXACT || sub == SUB_PAST; /* UINT32_MAX - sub < SUB_EXACT */
+  return c->drv.tick_ns <= ((int64_t)1 << 32) || sub < SUB_EXACT;
+}
+
+/* Files h on the tick of h->when_ns: links it, or, if it is linked
+ * already, moves it there (pw_wheel_move: only recorded when later).
+ * Caller holds the core's mutex. */
+static inline void link_locked(core *c, HandleObject *h) {
+  pw_tick_t tick = deadline_tick(c, h->when_ns);
+  set_sub(c, h, tick);
+  if (pw_timer_linked(&h->node))
+    pw_driver_move_locked(&c->drv, &h->node, tick);
+  else
+    pw_driver_add_locked(&c->drv, &h->node, tick);
+  if (tick == c->part_tick && h->when_ns < c->part_min)
+    c->part_min = h->when_ns; /* see exact_min_locked */
+}
+
+static inline int64_t core_now_ns(core *c) { return c->manual ? c->manual_ns : pw_clock_ns(); }
+
+static inline int late_bucket(uint64_t ns) {
+  if (ns < 16)
+    return (int)ns;
+  int e = 63 - __builtin_clzll(ns);
+  int b = (e - 3) * 8 + (int)((ns >> (e - 3)) & 7) + 8;
+  return b < LATE_BUCKETS ? b : LATE_BUCKETS - 1;
+}
+
+static inline void handle_release(HandleObject *h) {
+  PyObject *cb = h->callback, *args = h->args, *ctx = h->context;
+  h->callback = h->args = h->context = NULL;
+  Py_XDECREF(cb);
+  Py_XDECREF(args);
+  Py_XDECREF(ctx);
+}
+
+extern PyModuleDef pw__moddef;
+
+static inline modstate *state_of_type(PyTypeObject *tp) {
+  PyObject *m = PyType_GetModuleByDef(tp, &pw__moddef);
+  return m ? PyModule_GetState(m) : NULL;
+}
+/* Handles pending now: in the wheel, or popped and not yet started. */
+static inline size_t pending_locked(core *c) {
+  return pw_wheel_count(&c->drv.wheel) + c->drv.batch_live;
+}
+
+#endif /* PW_BINDING_MODULE_H */

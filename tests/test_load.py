@@ -146,7 +146,7 @@ def _slow_callback_in_big_batch(n: int, busy: bool):
         assert wait_for(lambda: len(ran) == len(hs) - len(results))
         assert ran == list(range(1, n - 1, 2)), "cancelled ran, or order lost"
         s = w.stats()
-        # they were due together: handed out in parts of PW_CHUNK (module.c)
+        # they were due together: handed out in parts of PW_CHUNK (csrc/binding/module.h)
         assert s["max_batch"] == min(n, 4096)
         assert s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]
         assert s["cancelled"] == len(results)

@@ -4,9 +4,10 @@ for 3.16 (issue 18, point 2): asyncio 3.14 deprecates its policy system
 pywheel makes its policy classes only when asked for them, so importing and
 using pywheel never touches a deprecated name.
 
-This machine has CPython 3.11-3.13, so each child interpreter below first
-makes its asyncio look like 3.14's (the names warn when read) or 3.16's (the
-names are gone), then imports pywheel."""
+On CPython 3.11-3.13 each child interpreter below first makes its asyncio
+look like 3.14's (the names warn when read) or 3.16's (the names are gone),
+then imports pywheel; on 3.14 and 3.15, whose asyncio really warns, the 3.14
+simulation is asyncio itself, and the 3.16 one removes the names it serves."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ import pytest
 # 3.14 and 3.16, through a private policy.
 _PRELUDE = """
 import asyncio, asyncio.events, asyncio.unix_events, sys, warnings
-asyncio.events.get_event_loop_policy()
+# 3.14 and later serve the policy names through a module __getattr__ that warns
+DEPRECATES = "DefaultEventLoopPolicy" not in vars(asyncio)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    asyncio.events.get_event_loop_policy()
 """
 
 # 3.14: reading the policy classes from asyncio warns (a module __getattr__),
@@ -29,28 +34,31 @@ asyncio.events.get_event_loop_policy()
 AS_IN_3_14 = (
     _PRELUDE
     + """
-_hidden = {n: getattr(asyncio, n) for n in ("DefaultEventLoopPolicy", "AbstractEventLoopPolicy")}
-for _n in _hidden:
-    delattr(asyncio, _n)
+if DEPRECATES:
+    pass  # this asyncio is the real thing
+else:
+  _hidden = {n: getattr(asyncio, n) for n in ("DefaultEventLoopPolicy", "AbstractEventLoopPolicy")}
+  for _n in _hidden:
+      delattr(asyncio, _n)
 
-def __getattr__(name):
-    if name in _hidden:
-        warnings.warn(f"'asyncio.{name}' is deprecated and slated for removal in Python 3.16",
-                      DeprecationWarning, stacklevel=2)
-        return _hidden[name]
-    raise AttributeError(f"module 'asyncio' has no attribute {name!r}")
+  def __getattr__(name):
+      if name in _hidden:
+          warnings.warn(f"'asyncio.{name}' is deprecated and slated for removal in Python 3.16",
+                        DeprecationWarning, stacklevel=2)
+          return _hidden[name]
+      raise AttributeError(f"module 'asyncio' has no attribute {name!r}")
 
-asyncio.__getattr__ = __getattr__
+  asyncio.__getattr__ = __getattr__
 
-def _deprecated(name, f):
-    def wrapper(*args):
-        warnings.warn(f"'asyncio.{name}' is deprecated and slated for removal in Python 3.16",
-                      DeprecationWarning, stacklevel=2)
-        return f(*args)
-    return wrapper
+  def _deprecated(name, f):
+      def wrapper(*args):
+          warnings.warn(f"'asyncio.{name}' is deprecated and slated for removal in Python 3.16",
+                        DeprecationWarning, stacklevel=2)
+          return f(*args)
+      return wrapper
 
-for _n in ("get_event_loop_policy", "set_event_loop_policy"):
-    setattr(asyncio, _n, _deprecated(_n, getattr(asyncio, _n)))
+  for _n in ("get_event_loop_policy", "set_event_loop_policy"):
+      setattr(asyncio, _n, _deprecated(_n, getattr(asyncio, _n)))
 """
 )
 
@@ -64,9 +72,13 @@ for _mod in (asyncio, asyncio.unix_events):
     for _n in _GONE:
         if _n in vars(_mod):
             delattr(_mod, _n)
+if "__getattr__" in vars(asyncio):  # 3.14+: the deprecated names it serves go too
+    del asyncio.__getattr__
 # asyncio.events keeps the two functions: its own new_event_loop() and
 # set_event_loop() call them, as 3.16's will call a private replacement.
-del asyncio.events.AbstractEventLoopPolicy, asyncio.events.BaseDefaultEventLoopPolicy
+for _n in ("AbstractEventLoopPolicy", "BaseDefaultEventLoopPolicy"):
+    if _n in vars(asyncio.events):
+        delattr(asyncio.events, _n)
 asyncio.__all__ = tuple(n for n in asyncio.__all__ if n not in _GONE)
 assert not hasattr(asyncio, "DefaultEventLoopPolicy")
 """

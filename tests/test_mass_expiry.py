@@ -48,9 +48,9 @@ def ahead(setup, tick: float = 0.001):
     pytest.fail("scheduling never fit in a 20 s lead")
 
 
-def run_all(w, n, deadline_of, before=None):
-    """Schedules n timers at deadline_of(i), waits for all of them to run,
-    returns the order in which they ran."""
+def schedule_all(w, n, deadline_of):
+    """Schedules n timers at deadline_of(i); returns (ran, done): the order
+    in which they ran, and an event set once all of them have."""
     ran = []
     done = threading.Event()
 
@@ -61,6 +61,13 @@ def run_all(w, n, deadline_of, before=None):
 
     for i in range(n):
         w.call_at(deadline_of(i), cb, i)
+    return ran, done
+
+
+def run_all(w, n, deadline_of, before=None):
+    """Schedules n timers at deadline_of(i), waits for all of them to run,
+    returns the order in which they ran."""
+    ran, done = schedule_all(w, n, deadline_of)
     if before:
         before()
     assert done.wait(30), f"{len(ran)} of {n} ran"
@@ -87,22 +94,7 @@ def test_one_tick_split_into_parts_keeps_exact_deadline_order():
 
 def test_equal_deadlines_run_in_scheduling_order_across_parts():
     n = 2 * PART + 1
-    ran = []
-    done = threading.Event()
-
-    def cb(i):
-        ran.append(i)
-        if len(ran) == n:
-            done.set()
-
-    def setup(w, at):
-        ran.clear()
-        done.clear()
-        for i in range(n):
-            w.call_at(at, cb, i)
-        return ran
-
-    w, at, ran = ahead(setup)
+    w, at, (ran, done) = ahead(lambda w, at: schedule_all(w, n, lambda i: at))
     with w:
         assert done.wait(30), f"{len(ran)} of {n} ran"
         assert ran == list(range(n))

@@ -24,7 +24,7 @@ from asyncio import tasks as _tasks
 from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
-from . import _clocks
+from . import _clocks, _peers
 from ._timing import Timing, callback_site, task_site
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
@@ -121,6 +121,7 @@ class _VirtualSelector:
                 # Never jump while such a thread lives, but look again after
                 # a while: it may end without a word (not select(None)).
                 return sel.select(1.0)
+            loop._threshold_waits += 1
             events = sel.select(None if threshold == math.inf else threshold)
             if events:
                 return events
@@ -231,6 +232,10 @@ class VirtualEventLoop(WheelEventLoop):
         self._outside: set = set()  # testing.outside() blocks (any thread)
         self._known_threads: weakref.WeakSet | None = None  # alive when it first ran
         self._subprocesses: weakref.WeakSet = weakref.WeakSet()
+        self._peers = _peers.Peers()
+        #: Real waits of up to autojump_threshold for outstanding I/O or a
+        #: thread (what tests count instead of timing the run).
+        self._threshold_waits = 0
         self._timing: Timing | None = None
         self._max_late = self._max_cost = 0.0
         self._fatal: BaseException | None = None
@@ -392,10 +397,18 @@ class VirtualEventLoop(WheelEventLoop):
             pass
 
     def _outstanding(self) -> bool:
-        """Real work the loop waits for: watched fds besides the self-pipe,
-        executor jobs, live child processes."""
-        if self._jobs > 0 or len(self._selector._sel.get_map()) > 1:
+        """Real work the loop waits for: watched fds besides the self-pipe
+        that can hear from outside the process (a socket whose peer is in
+        this process cannot: see ``_peers``), executor jobs, live child
+        processes."""
+        if self._jobs > 0:
             return True
+        fdmap = self._selector._sel.get_map()
+        if len(fdmap) > 1:
+            ssock = getattr(self, "_ssock", None)
+            own = ssock.fileno() if ssock is not None else -1
+            if self._peers.any_outside([fd for fd in fdmap if fd != own]):
+                return True
         for t in self._subprocesses:
             if t.get_returncode() is None and not t.is_closing():
                 return True

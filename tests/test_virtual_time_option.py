@@ -184,6 +184,9 @@ def _examples():
     return EXAMPLES
 
 
+# slow: six pytest runs of 100 fuzzed runs each (about a minute); CI runs it
+# once, on the default python3, with the rest of the slow subset
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (ROOT / "examples" / "timing_bugs").is_dir(), reason="examples/ is not next to tests/"
 )

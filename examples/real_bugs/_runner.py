@@ -210,7 +210,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+    # Under AddressSanitizer (make sanitize preloads it into every process)
+    # the shadow memory alone is terabytes of address space: no cap there.
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
     signal.signal(signal.SIGALRM, _alarm)
     try:
         result = main(sys.argv[1:])

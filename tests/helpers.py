@@ -192,3 +192,20 @@ def clean_exit(proc, code: int = 0) -> None:
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Fatal Python error" not in proc.stderr, proc.stderr
     assert "Segmentation fault" not in proc.stderr, proc.stderr
+
+
+def run_pytest(tmp_path, files, *args, pythonpath=None, timeout=120):
+    """Writes files (name -> text, dedented) into tmp_path and runs pytest
+    there in a child, without the parent run's PYTEST_ variables.  looptime
+    (a benchmark peer, if installed) patches pytest-asyncio's loops and fails
+    without pytest-asyncio: it is kept out."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    cmd += ["-p", "no:looptime_plugin", *args]
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )

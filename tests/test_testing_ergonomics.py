@@ -14,6 +14,7 @@ import traceback
 import warnings
 
 import pytest
+from helpers import run_pytest
 
 from pywheel import testing as vt
 
@@ -107,28 +108,7 @@ def test_run_inside_a_running_loop_leaves_no_warning_in_a_child():
     assert r.stderr == "", r.stderr  # on main: "coroutine 'inner' was never awaited"
 
 
-def _pytest(tmp_path, files, *args):
-    for name, text in files.items():
-        (tmp_path / name).write_text(textwrap.dedent(text))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:looptime_plugin",
-            *args,
-        ],  # fmt: skip
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+_pytest = run_pytest
 
 
 def test_the_pytest_report_shows_the_virtual_time(tmp_path):

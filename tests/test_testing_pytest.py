@@ -1,12 +1,8 @@
 """pywheel.testing's pytest plugin (pytest11 entry point), and the documented
 recipes for pytest-asyncio's and anyio's plugins, each in a fresh pytest."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
+from helpers import run_pytest
 
 PLUGIN_TESTS = """
 import asyncio, sys, time
@@ -109,30 +105,7 @@ async def test_pytest_asyncio_keeps_the_rest():
 """
 
 
-def _pytest(tmp_path, files, *args):
-    for name, text in files.items():
-        (tmp_path / name).write_text(textwrap.dedent(text))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    return subprocess.run(
-        # looptime (a benchmark peer, if installed) patches pytest-asyncio's
-        # loops and fails without pytest-asyncio: keep it out.
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:looptime_plugin",
-            *args,
-        ],  # fmt: skip
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+_pytest = run_pytest
 
 
 def test_fixture_and_marker_without_pytest_asyncio_anyio_or_hypothesis(tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import os
 import random
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import threading
 import time
 
 import pytest
+from helpers import run_pytest
 
 from pywheel import testing as vt
 from pywheel.testing import Timing
@@ -323,33 +323,10 @@ def test_fixture(virtual_loop):
 
 
 def _pytest(tmp_path, *args, ini=None):
-    (tmp_path / "test_clocks_plugin.py").write_text(PLUGIN_TESTS)
+    files = {"test_clocks_plugin.py": PLUGIN_TESTS}
     if ini is not None:
-        (tmp_path / "pytest.ini").write_text(ini)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-s",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:looptime_plugin",
-            "-p",
-            "no:asyncio",
-            "-p",
-            "no:anyio",
-            *args,
-        ],  # fmt: skip
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+        files["pytest.ini"] = ini
+    r = run_pytest(tmp_path, files, "-s", "-p", "no:asyncio", "-p", "no:anyio", *args)
     assert "4 passed" in r.stdout, r.stdout + r.stderr
     got = {}
     for line in r.stdout.splitlines():

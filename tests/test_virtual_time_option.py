@@ -6,14 +6,12 @@ passes their fixed twins and names a replay token that fails again.  Each
 run is a fresh pytest in a subprocess."""
 
 import asyncio
-import os
 import re
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import run_pytest
 
 from pywheel.testing import _session
 
@@ -70,29 +68,7 @@ async def test_anyio():
 
 
 def _pytest(tmp_path, files, *args, pythonpath=None):
-    for name, text in files.items():
-        (tmp_path / name).write_text(textwrap.dedent(text))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:looptime_plugin",
-            *args,
-        ],  # fmt: skip
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_pytest(tmp_path, files, *args, pythonpath=pythonpath, timeout=300)
 
 
 def _counts(r) -> dict:

@@ -342,9 +342,17 @@ def test_idle_wait_ends_at_the_exact_deadline():
         await asyncio.sleep(0.0123456)
         return t, timeouts
 
-    t0, timeouts = pwa.run(main())
-    waits = [t for t in timeouts if t]
-    assert waits and 0.0120 < max(waits) <= 0.0123456
+    # Never past the exact deadline, on every try.  A wait that falls short of
+    # 12 ms means the process was held up (a loaded machine) before the loop
+    # computed it, which measures nothing: try again, up to five times; a
+    # tick-rounded wait (13 ms) fails the upper bound on the first.
+    for _ in range(5):
+        t0, timeouts = pwa.run(main())
+        waits = [t for t in timeouts if t]
+        assert waits and max(waits) <= 0.0123456
+        if max(waits) > 0.0120:
+            break
+    assert 0.0120 < max(waits) <= 0.0123456
 
 
 # ---- 6. TimerHandle._when -----------------------------------------------------

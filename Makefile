@@ -9,7 +9,7 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
-  warnings stubtest dist test-installed test-sdist real-bugs forky parity-forky bench-forky
+  warnings macos-check stubtest dist test-installed test-sdist real-bugs forky parity-forky bench-forky
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -22,7 +22,10 @@ test-c:
 	$(CC) $(CFLAGS_C) -o build/test_wheel $(CORE)/test_wheel.c $(CORE)/wheel.c
 	$(CC) $(CFLAGS_C) -o build/test_driver $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
 	$(CC) $(CFLAGS_C) -o build/test_slab $(CORE)/test_slab.c $(CORE)/slab.c
+	$(CC) $(CFLAGS_C) -DPW_RELATIVE_WAITS -DPW_LONGEST_WAIT_NS=1000000 -o build/test_driver_rel \
+	  $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
 	./build/test_wheel 1 && ./build/test_wheel 2 && ./build/test_driver && ./build/test_slab
+	./build/test_driver_rel
 
 # The driver's C test under ThreadSanitizer.
 tsan:
@@ -63,6 +66,30 @@ warnings:
 	    $$cc -std=c11 -O2 -Wall -Wextra -Werror -fsyntax-only -I$(CORE) -I$(BINDING) -I$$inc $$f || status=1; \
 	  done; echo "$$cc: checked"; \
 	done; exit $$status
+
+# macOS, x86_64 and arm64: the extension and the core's C tests compiled and
+# linked with zig's cross-compiler (PyPI's ziglang, in a cached venv) under
+# -Wall -Wextra -Werror.  Nothing here can run them.  The binding is compiled
+# against this Python's headers (whose pyconfig.h is Linux's: a real macOS
+# build uses its own), linked as a bundle resolving Python's symbols at load.
+ZIG_VENV ?= $(HOME)/.cache/pywheel-zig
+macos-check:
+	@test -x $(ZIG_VENV)/bin/python -a -d $(ZIG_VENV)/lib/python3*/site-packages/ziglang || \
+	  { $(PYTHON) -m venv $(ZIG_VENV) && $(ZIG_VENV)/bin/pip install -q ziglang; }
+	@inc=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	zig="$(ZIG_VENV)/bin/python -m ziglang cc"; out=$$(mktemp -d); status=0; \
+	flags="-std=c11 -O2 -Wall -Wextra -Werror -I$(CORE) -I$(BINDING)"; \
+	for t in x86_64-macos.10.15 aarch64-macos.11.0; do \
+	  $$zig -target $$t $$flags -fvisibility=hidden -I$$inc -shared -Wl,-undefined,dynamic_lookup \
+	    -o $$out/_core.so $(CORE)/wheel.c $(CORE)/driver.c $(CORE)/slab.c $(BINDING)/*.c -lpthread \
+	    || status=1; \
+	  for p in wheel:wheel.c driver:"driver.c wheel.c" slab:slab.c; do \
+	    srcs=; for f in $${p#*:}; do srcs="$$srcs $(CORE)/$$f"; done; \
+	    $$zig -target $$t $$flags -o $$out/test_$${p%%:*} $(CORE)/test_$${p%%:*}.c $$srcs -lpthread \
+	      || status=1; \
+	  done; \
+	  if command -v file >/dev/null; then file $$out/_core.so $$out/test_driver | sed "s|$$out/||"; fi; \
+	done; rm -rf $$out; exit $$status
 
 # The type stubs against the built extension.
 stubtest: build

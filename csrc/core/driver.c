@@ -1,5 +1,8 @@
 /* driver.c -- see driver.h for the contract. */
 #define _GNU_SOURCE
+#ifdef __APPLE__
+#define _DARWIN_C_SOURCE /* clock_gettime_nsec_np, pthread_cond_timedwait_relative_np */
+#endif
 #include "driver.h"
 
 #include <errno.h>
@@ -14,31 +17,99 @@
  * rest come in the next batch, so one batch never pins an unbounded array. */
 #define BATCH_SOFT_MAX ((size_t)1 << 16)
 
+/* The platform layer: the clock time.monotonic() reads, and condition
+ * variables that wait until a time of that clock.  Where the system has
+ * pthread_condattr_setclock (Linux, the BSDs) the variables are bound to
+ * CLOCK_MONOTONIC and wait for an absolute time.  macOS has no such call (its
+ * absolute waits read the wall clock, which may jump), so there a wait is
+ * relative, computed from the clock just before it.  `make test-c` also runs
+ * the driver's test with the relative waits built on Linux (PW_RELATIVE_WAITS,
+ * a day cut to a millisecond), so that path is tested where it cannot run. */
+
+#ifdef __APPLE__
+/* CPython's monotonic clock there is mach_absolute_time(), which
+ * CLOCK_UPTIME_RAW reads in ns. */
+int64_t pw_clock_ns(void) { return (int64_t)clock_gettime_nsec_np(CLOCK_UPTIME_RAW); }
+#define PW_RELATIVE_WAITS 1
+#define timedwait_relative pthread_cond_timedwait_relative_np
+#else
 int64_t pw_clock_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+#endif
+
+#ifdef PW_RELATIVE_WAITS
+
+#ifndef __APPLE__
+/* For the test build only: a relative wait from an absolute one on the
+ * variable's default clock, CLOCK_REALTIME. */
+static int timedwait_relative(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *rel) {
+  struct timespec at;
+  clock_gettime(CLOCK_REALTIME, &at);
+  at.tv_sec += rel->tv_sec;
+  at.tv_nsec += rel->tv_nsec;
+  if (at.tv_nsec >= 1000000000) {
+    at.tv_sec++;
+    at.tv_nsec -= 1000000000;
+  }
+  return pthread_cond_timedwait(cv, mu, &at);
+}
+#endif
+
+static int cond_init(pthread_cond_t *cv) { return pthread_cond_init(cv, NULL); }
+
+/* A relative wait longer than this is cut to it: the callers wait in a loop
+ * that checks what they wait for, and a cut wait that ends reports 0 (a
+ * spurious wake-up), never ETIMEDOUT, which means the deadline passed. */
+#ifndef PW_LONGEST_WAIT_NS
+#define PW_LONGEST_WAIT_NS ((int64_t)86400 * 1000000000)
+#endif
+
+static int cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ns) {
+  int64_t left = until_ns - pw_clock_ns();
+  if (left <= 0)
+    return ETIMEDOUT;
+  bool cut = left > PW_LONGEST_WAIT_NS;
+  if (cut)
+    left = PW_LONGEST_WAIT_NS;
+  struct timespec rel = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
+  int r = timedwait_relative(cv, mu, &rel);
+  return r == ETIMEDOUT && cut ? 0 : r;
+}
+
+#else
+
+static int cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  int r = pthread_condattr_init(&ca);
+  if (r)
+    return r;
+  if (!(r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)))
+    r = pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return r;
+}
+
+static int cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ns) {
+  struct timespec until = {.tv_sec = until_ns / 1000000000, .tv_nsec = until_ns % 1000000000};
+  return pthread_cond_timedwait(cv, mu, &until);
+}
+
+#endif
 
 static int init_sync(pw_driver *d) {
-  pthread_condattr_t ca;
   int r = pthread_mutex_init(&d->mu, NULL);
   if (r)
     return -r;
-  if ((r = pthread_condattr_init(&ca)))
+  if ((r = cond_init(&d->wake)))
     goto fail_mu;
-  if ((r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)))
-    goto fail_ca;
-  if ((r = pthread_cond_init(&d->wake, &ca)))
-    goto fail_ca;
-  if ((r = pthread_cond_init(&d->exit_cv, &ca)))
+  if ((r = cond_init(&d->exit_cv)))
     goto fail_wake;
-  pthread_condattr_destroy(&ca);
   return 0;
 fail_wake:
   pthread_cond_destroy(&d->wake);
-fail_ca:
-  pthread_condattr_destroy(&ca);
 fail_mu:
   pthread_mutex_destroy(&d->mu);
   return -r;
@@ -211,13 +282,11 @@ size_t pw_driver_collect_rest(pw_driver *d) {
   return n;
 }
 
-/* Absolute CLOCK_MONOTONIC time of a tick, or false if it does not fit. */
-static bool tick_time(pw_tick_t tick, int64_t tick_ns, struct timespec *ts) {
+/* The clock's time of a tick in ns, or false if it does not fit. */
+static bool tick_time(pw_tick_t tick, int64_t tick_ns, int64_t *ns) {
   if (tick > (pw_tick_t)(INT64_MAX / tick_ns))
     return false;
-  int64_t ns = (int64_t)tick * tick_ns;
-  ts->tv_sec = ns / 1000000000;
-  ts->tv_nsec = ns % 1000000000;
+  *ns = (int64_t)tick * tick_ns;
   return true;
 }
 
@@ -241,10 +310,10 @@ static void *thread_main(void *arg) {
       continue;
     }
     pw_wheel_advance(&d->wheel, now);
-    struct timespec until;
+    int64_t until;
     d->sleep_until = next;
     if (next != PW_TICK_MAX && tick_time(next, d->tick_ns, &until))
-      pthread_cond_timedwait(&d->wake, &d->mu, &until);
+      cond_wait_until(&d->wake, &d->mu, until);
     else
       pthread_cond_wait(&d->wake, &d->mu);
     d->sleep_until = 0;
@@ -301,18 +370,16 @@ void pw_driver_stop(pw_driver *d) {
 }
 
 int pw_driver_wait_exited(pw_driver *d, int64_t timeout_ns) {
-  struct timespec until;
+  int64_t until = 0;
   bool limited = timeout_ns >= 0;
   if (limited) {
-    int64_t end = pw_clock_ns();
-    end = timeout_ns > INT64_MAX - end ? INT64_MAX : end + timeout_ns;
-    until.tv_sec = end / 1000000000;
-    until.tv_nsec = end % 1000000000;
+    until = pw_clock_ns();
+    until = timeout_ns > INT64_MAX - until ? INT64_MAX : until + timeout_ns;
   }
   int r = 0;
   pthread_mutex_lock(&d->mu);
   while (!d->exited && d->started && r != ETIMEDOUT)
-    r = limited ? pthread_cond_timedwait(&d->exit_cv, &d->mu, &until)
+    r = limited ? cond_wait_until(&d->exit_cv, &d->mu, until)
                 : pthread_cond_wait(&d->exit_cv, &d->mu);
   bool done = d->exited || !d->started;
   pthread_mutex_unlock(&d->mu);

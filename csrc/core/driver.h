@@ -1,9 +1,10 @@
 /*
  * driver.h -- one native thread that sleeps until a wheel's next deadline.
  *
- * The thread sleeps on a condition variable bound to CLOCK_MONOTONIC until
- * the earliest deadline, or indefinitely when nothing is pending: an idle
- * driver makes no wake-ups at all.  Only a newly scheduled earliest deadline,
+ * The thread sleeps on a condition variable until the earliest deadline by
+ * the clock time.monotonic() reads (CLOCK_MONOTONIC; CLOCK_UPTIME_RAW on
+ * macOS), or indefinitely when nothing is pending: an idle driver makes no
+ * wake-ups at all.  Only a newly scheduled earliest deadline,
  * or a stop, signals it.  On waking it pops every due timer into a batch,
  * drops its mutex and hands the batch to a hook.  It knows nothing of Python.
  * Every signal is blocked while it waits, so signals go to the threads that
@@ -123,7 +124,8 @@ void pw_driver_after_fork_child(pw_driver *d);
  * not exist here, counts as stopped and exited. */
 
 int64_t pw_clock_ns(void);
-/* CLOCK_MONOTONIC in nanoseconds: time.monotonic_ns()'s clock. */
+/* time.monotonic_ns()'s clock in nanoseconds: CLOCK_MONOTONIC (macOS:
+ * CLOCK_UPTIME_RAW, which is mach_absolute_time(), CPython's there). */
 
 static inline pw_tick_t pw_tick_floor(int64_t ns, int64_t tick_ns) {
   return ns <= 0 ? 0 : (pw_tick_t)(ns / tick_ns);

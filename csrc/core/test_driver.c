@@ -11,6 +11,8 @@
  *
  * ms_per_batch makes every run hook that slow: the checks must then still
  * wait for the last batch's runs (a loaded machine does the same at random).
+ * make test-c also builds it with -DPW_RELATIVE_WAITS (macOS's waits, see
+ * driver.c) and every wait cut to 1 ms.
  */
 #define _GNU_SOURCE
 #include "driver.h"
@@ -239,6 +241,12 @@ int main(int argc, char **argv) {
   CHECK(fx.d.max_batch <= CHUNK, "a batch of %llu, above the chunk",
         (unsigned long long)fx.d.max_batch);
   pw_driver_unlock(&fx.d);
+
+  /* A limited wait for a thread that is not leaving: it times out, and not
+   * before its time (with relative waits cut short, after many cut waits). */
+  int64_t w0_ns = pw_clock_ns();
+  CHECK(pw_driver_wait_exited(&fx.d, 30000000) == -ETIMEDOUT, "wait_exited did not time out");
+  CHECK(pw_clock_ns() - w0_ns >= 30000000, "wait_exited timed out early");
 
   /* Stop: the thread leaves and reports it. */
   pw_driver_stop(&fx.d);

@@ -19,8 +19,27 @@ from pywheel import ManualWheel, Wheel
 # ===========================================================================
 
 
+class _PastMargin(Exception):
+    pass
+
+
 def _load_pending_half_cancelled(n: int, margin: float):
-    """n pending timers spread over 1 s, half cancelled before any is due."""
+    """n pending timers spread over 1 s, half cancelled before any is due.
+
+    The first is due ``margin`` seconds after scheduling starts; a loaded
+    machine can take longer than that to schedule and cancel them all (seen
+    at load 10 with 100,000), so the run is made again with the margin
+    doubled, up to four times: what is checked is never weakened, only the
+    head start the test gives itself."""
+    for _ in range(4):
+        try:
+            return _load_once(n, margin)
+        except _PastMargin:
+            margin *= 2
+    return _load_once(n, margin)
+
+
+def _load_once(n: int, margin: float):
     gc.collect()
     w = Wheel()
     try:
@@ -38,7 +57,8 @@ def _load_pending_half_cancelled(n: int, margin: float):
         t_sched = time.monotonic() - t0
         assert len(w) == n
         cancelled = [h.cancel() for h in hs[::2]]
-        assert w.time() < base, f"scheduling {n} took {t_sched:.2f}s, past the margin"
+        if w.time() >= base:  # some may have run before their cancel: try again
+            raise _PastMargin(f"scheduling {n} took {t_sched:.2f}s, past the {margin}s margin")
         assert all(cancelled)
         assert len(w) == n - len(cancelled)
         s = w.stats()

@@ -77,11 +77,13 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         # Its handles keep asyncio.TimerHandle's contract: cancel() returns
         # None, cancelled() turns True on any cancel(), == and hash as asyncio.
         self._wheel._stock_handles()
+        self._c_timers = _c_timers(self)
         try:
             super().__init__(selector)
         except BaseException:
             self._wheel.close()
             raise
+        self._bind_timers()
         # Not a bound method: loop -> wheel -> handler -> loop would leave
         # every loop to the garbage collector.
         self._wheel.set_exception_handler(_TimerErrorForwarder(self))
@@ -91,6 +93,27 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         """The loop's wheel: ``len()`` is the number of pending timers, and
         ``stats()`` its counters."""
         return self._wheel
+
+    def set_debug(self, enabled: bool) -> None:
+        super().set_debug(enabled)
+        self._bind_timers()
+
+    def _bind_timers(self) -> None:
+        """Outside debug mode, call_later and call_at are the C ones
+        (``_core._LoopTimers``: the same checks, ten times cheaper), set on
+        the instance; in debug mode, the Python methods below.  A method
+        replaced on the instance by someone else is left alone."""
+        fast = getattr(self, "_c_timers", None)  # None until __init__ made them
+        if fast is None:
+            return
+        attrs = self.__dict__
+        for name, method in zip(("call_later", "call_at"), fast, strict=True):
+            current = attrs.get(name)
+            if self._debug:
+                if current == method:
+                    del attrs[name]
+            elif current is None:
+                attrs[name] = method
 
     def call_later(self, delay, callback, *args, context=None):
         if delay is None:
@@ -205,6 +228,21 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
     def close(self) -> None:
         super().close()
         self._wheel.close()
+
+
+def _c_timers(loop: WheelEventLoop) -> tuple | None:
+    """The C call_later and call_at for this loop, or None where a subclass
+    defines its own call_later, call_at or time() (the C ones read
+    time.monotonic() themselves, and would bypass the subclass's)."""
+    cls = type(loop)
+    if (
+        cls.call_later is not WheelEventLoop.call_later
+        or cls.call_at is not WheelEventLoop.call_at
+        or cls.time is not _base_events.BaseEventLoop.time
+    ):
+        return None
+    timers = _core._LoopTimers(loop._wheel, loop, WheelEventLoop.call_later, WheelEventLoop.call_at)
+    return timers.call_later, timers.call_at
 
 
 def _warn_slow(handle, dt: float) -> None:

@@ -161,18 +161,29 @@ static int parse_seconds(PyObject *o, const char *what, int64_t *exact, double *
   return 0;
 }
 
+/* What parse_seconds read, with +-inf settled: 1 when *out is final (an
+ * integer, or +-inf as NEVER_NS / PAST_NS), 0 when *d is a finite float for
+ * the caller's rule, -1 with an exception.  The prologue of every
+ * conversion below. */
+static int parse_finite(PyObject *o, const char *what, int64_t *out, double *d) {
+  int r = parse_seconds(o, what, out, d);
+  if (r != 0)
+    return r;
+  if (isinf(*d)) {
+    *out = *d > 0 ? NEVER_NS : PAST_NS;
+    return 1;
+  }
+  return 0;
+}
+
 /* A span (a delay, interval, tick, advance(), close()'s timeout) to
  * nanoseconds: an integer exactly, any other number rounded to the nearest
  * nanosecond; +-inf to NEVER_NS / PAST_NS. */
 int pw__seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
   double d;
-  int r = parse_seconds(o, what, out, &d);
+  int r = parse_finite(o, what, out, &d);
   if (r != 0)
     return r < 0 ? -1 : 0;
-  if (isinf(d)) {
-    *out = d > 0 ? NEVER_NS : PAST_NS;
-    return 0;
-  }
   d = nearbyint(d * 1e9);
   /* 2**63 is exact as a double; the largest double below it fits an int64
    * and stays below NEVER_NS, and symmetrically above PAST_NS + 1. */
@@ -194,15 +205,24 @@ int pw__seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
  */
 int pw__time_to_ns(PyObject *o, const char *what, int64_t *out) {
   double d;
-  int r = parse_seconds(o, what, out, &d);
+  int r = parse_finite(o, what, out, &d);
   if (r != 0)
     return r < 0 ? -1 : 0;
+  if (pw__float_time_to_ns(d, out) < 0)
+    return out_of_range(what);
+  return 0;
+}
+
+/* The rule of pw__time_to_ns for a float that is not NaN (+-inf included),
+ * without an exception: -1 when the time lies outside the clock's range.
+ * For the event loop's fast path (loop.c), which holds a double. */
+int pw__float_time_to_ns(double d, int64_t *out) {
   if (isinf(d)) {
     *out = d > 0 ? NEVER_NS : PAST_NS;
     return 0;
   }
   if (ceil_ns(d, out) < 0 || *out < MIN_NS || *out > MAX_NS)
-    return out_of_range(what);
+    return -1;
   return 0;
 }
 
@@ -229,13 +249,9 @@ static int floor_ns(double y, int64_t *out) {
  * exactly the timers whose when() <= it. */
 int pw__target_to_ns(PyObject *o, const char *what, bool whole_reading, int64_t *out) {
   double d;
-  int r = parse_seconds(o, what, out, &d);
+  int r = parse_finite(o, what, out, &d);
   if (r != 0)
     return r < 0 ? -1 : 0;
-  if (isinf(d)) {
-    *out = d > 0 ? NEVER_NS : PAST_NS;
-    return 0;
-  }
   if (whole_reading) {
     int64_t first;
     if (ceil_ns(d, &first) < 0 || first < MIN_NS || first > MAX_NS)

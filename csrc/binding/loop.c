@@ -300,7 +300,7 @@ static PyType_Slot timers_slots[] = {
     {Py_tp_traverse, timers_traverse},
     {Py_tp_clear, timers_clear},
     {Py_tp_methods, timers_methods},
-    {Py_tp_doc, "_LoopTimers(wheel, loop, call_later, call_at)\n--\n\n"
+    {Py_tp_doc, "_LoopTimers(wheel, loop, call_later, call_at, /)\n--\n\n"
                 "WheelEventLoop's call_later/call_at in C (not in debug mode); what it does "
                 "not take on itself goes to the two Python methods given."},
     {0, NULL},

@@ -62,7 +62,8 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
     ``asyncio.TimerHandle`` objects, with asyncio's source tracebacks.  A
     timer runs when ``time()`` reaches its exact deadline (within the
     clock's resolution, as on the stock loop); the wheel's ``tick`` is its
-    bucket size, not a delay.
+    bucket size, not a delay.  Outside debug mode ``call_later`` and
+    ``call_at`` are C methods set on the instance (see ``_bind_timers``).
     """
 
     # Until BaseEventLoop.__init__ runs: a loop whose arguments were refused
@@ -100,9 +101,11 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
 
     def _bind_timers(self) -> None:
         """Outside debug mode, call_later and call_at are the C ones
-        (``_core._LoopTimers``: the same checks, ten times cheaper), set on
-        the instance; in debug mode, the Python methods below.  A method
-        replaced on the instance by someone else is left alone."""
+        (``_core._LoopTimers``: the same checks, about six times cheaper:
+        150 ns to 900 ns a call_later + cancel), set on the instance; in
+        debug mode, the Python methods below, which keep asyncio's debug
+        checks (thread, coroutine functions) and its source tracebacks.  A
+        method replaced on the instance by someone else is left alone."""
         fast = getattr(self, "_c_timers", None)  # None until __init__ made them
         if fast is None:
             return
@@ -110,7 +113,7 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         for name, method in zip(("call_later", "call_at"), fast, strict=True):
             current = attrs.get(name)
             if self._debug:
-                if current == method:
+                if current is method:
                     del attrs[name]
             elif current is None:
                 attrs[name] = method

@@ -245,10 +245,20 @@ static PyObject *timers_call_at(LoopTimersObject *self, PyObject *const *args, P
   return r;
 }
 
+/* The loop's time(): time.monotonic() (the loop installs these methods only
+ * when its class keeps BaseEventLoop.time), to the bit: CPython's
+ * _PyTime_AsSecondsDouble, which divides the whole count (correctly rounded
+ * below 2**53 ns, 104 days of uptime, as pw__s_of_ns is; rounded twice
+ * above, where pw__s_of_ns would differ from it in the last bit). */
+static inline double loop_time(void) {
+  int64_t ns = pw_clock_ns();
+  if (ns % 1000000000 == 0)
+    return (double)(ns / 1000000000);
+  return (double)ns / 1e9;
+}
+
 /* call_later(delay) is call_at(time() + delay), the sum taken in floats as
- * the stock loop takes it; time() is time.monotonic() (the loop installs
- * these methods only when its class keeps BaseEventLoop.time), whose value
- * pw__s_of_ns(pw_clock_ns()) is to the bit. */
+ * the stock loop takes it. */
 static PyObject *timers_call_later(LoopTimersObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames) {
   PyObject *loop = loop_of(self);
@@ -276,7 +286,7 @@ static PyObject *timers_call_later(LoopTimersObject *self, PyObject *const *args
   }
   if (plain < 0)
     r = NULL;
-  else if (fast && when_of_double(pw__s_of_ns(pw_clock_ns()) + delay, &when))
+  else if (fast && when_of_double(loop_time() + delay, &when))
     r = schedule(self, when, args, nargs, context);
   else
     r = hand_over(self->py_call_later, loop, args, nargs, kwnames);

@@ -99,6 +99,38 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         super().set_debug(enabled)
         self._bind_timers()
 
+    # The C methods do not read the loop per call: what they may take on
+    # themselves is two flags, kept here on every write of what they depend
+    # on.  (A write straight into __dict__ bypasses this, as it bypasses any
+    # descriptor.)  A subclass without the C methods does without the hook:
+    # see __init_subclass__.
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _TIMER_STATE:
+            self._sync_timers()
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+        if name in _TIMER_STATE:
+            self._sync_timers()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not _plain_class(cls):
+            if "__setattr__" not in cls.__dict__:
+                cls.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
+            if "__delattr__" not in cls.__dict__:
+                cls.__delattr__ = object.__delattr__  # type: ignore[method-assign,assignment]
+
+    def _sync_timers(self) -> None:
+        attrs = self.__dict__
+        fast = attrs.get("_c_timers")
+        if fast is None:
+            return
+        ok = attrs.get("_closed") is False and attrs.get("_debug") is False
+        later_ok = ok and attrs.get("call_at") is fast[1] and "time" not in attrs
+        fast[1].__self__._set_plain(ok, later_ok)
+
     def _bind_timers(self) -> None:
         """Outside debug mode, call_later and call_at are the C ones
         (``_core._LoopTimers``: the same checks, about six times cheaper:
@@ -117,6 +149,7 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
                     del attrs[name]
             elif current is None:
                 attrs[name] = method
+        self._sync_timers()
 
     def call_later(self, delay, callback, *args, context=None):
         if delay is None:
@@ -233,16 +266,25 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         self._wheel.close()
 
 
+# The attributes the C methods' flags depend on (WheelEventLoop._sync_timers).
+_TIMER_STATE = frozenset({"_closed", "_debug", "call_at", "call_later", "time"})
+
+
+def _plain_class(cls: type) -> bool:
+    """Whether the class keeps WheelEventLoop's call_later and call_at and
+    BaseEventLoop's time(): the C methods read time.monotonic() themselves,
+    and would bypass a subclass's own."""
+    return (
+        cls.call_later is WheelEventLoop.call_later
+        and cls.call_at is WheelEventLoop.call_at
+        and cls.time is _base_events.BaseEventLoop.time
+    )
+
+
 def _c_timers(loop: WheelEventLoop) -> tuple | None:
-    """The C call_later and call_at for this loop, or None where a subclass
-    defines its own call_later, call_at or time() (the C ones read
-    time.monotonic() themselves, and would bypass the subclass's)."""
-    cls = type(loop)
-    if (
-        cls.call_later is not WheelEventLoop.call_later
-        or cls.call_at is not WheelEventLoop.call_at
-        or cls.time is not _base_events.BaseEventLoop.time
-    ):
+    """The C call_later and call_at for this loop, or None for a class that
+    is not plain (see _plain_class)."""
+    if not _plain_class(type(loop)):
         return None
     timers = _core._LoopTimers(loop._wheel, loop, WheelEventLoop.call_later, WheelEventLoop.call_at)
     return timers.call_later, timers.call_at

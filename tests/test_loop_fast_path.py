@@ -488,3 +488,82 @@ def test_a_cycle_through_a_pending_timer_and_the_methods_is_collected():
     del wheel, timers
     gc.collect()
     assert ref() is None
+
+
+# ---- the flags the C methods keep ------------------------------------------
+
+
+def test_every_write_that_matters_switches_the_c_methods(loop):
+    # Outside debug mode the C methods read no attribute per call: writes
+    # (and deletions) of _closed, _debug, call_at and time tell them.
+    at, later = loop.call_at, loop.call_later
+    loop.time = lambda: 50.0  # call_later must call it, as the stock one does
+    assert later(1, cb).when() == 51.0
+    del loop.time
+    t0 = loop.time()
+    assert later(1, cb).when() >= t0 + 1
+    mine = mock.Mock()
+    loop.call_at = mine
+    later(1, cb)
+    assert mine.called
+    del loop.call_at  # the class's Python call_at is what call_later reaches now
+    assert later(1, cb).when() > 0 and loop.call_at.__func__ is PY_AT
+    loop.call_at = at
+    loop._debug = True
+    assert outcome(at, 1, coro_fn)[0] is TypeError
+    del loop._debug  # BaseEventLoop has no class attribute: the Python path decides
+    assert outcome(later, 1, cb)[0] is AttributeError
+    loop._debug = False
+    assert outcome(at, 1, cb)[0] == "ok" and outcome(later, 1, cb)[0] == "ok"
+
+
+def test_the_hook_is_only_where_the_c_methods_are():
+    class Plain(pwa.WheelEventLoop):
+        pass
+
+    class OwnSetattr(pwa.WheelEventLoop):
+        def time(self):
+            return 0.0
+
+        def __setattr__(self, name, value):
+            object.__setattr__(self, name, value)
+
+    assert Plain.__setattr__ is pwa.WheelEventLoop.__setattr__
+    assert pwt.VirtualEventLoop.__setattr__ is object.__setattr__
+    assert pwt.VirtualEventLoop.__delattr__ is object.__delattr__
+    assert OwnSetattr.__setattr__ is OwnSetattr.__dict__["__setattr__"]
+    lp = Plain()
+    try:
+        assert is_fast(lp.call_later)
+        lp._closed = True
+        assert outcome(lp.call_later, 1, cb) == (RuntimeError, "Event loop is closed")
+        lp._closed = False
+    finally:
+        lp.close()
+
+
+def test_a_bare_timers_object_hands_everything_over():
+    # Until its loop says the state is plain, nothing is taken on directly.
+    seen = []
+
+    def py_at(loop, *args, **kw):
+        seen.append(("at", args, kw))
+
+    def py_later(loop, *args, **kw):
+        seen.append(("later", args, kw))
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    w = _core.ManualWheel()
+    t = _core._LoopTimers(w, owner, py_later, py_at)
+    t.call_at(1.0, cb)
+    t.call_later(2.0, cb, context=None)
+    assert seen == [("at", (1.0, cb), {}), ("later", (2.0, cb), {"context": None})]
+    t._set_plain(True, True)
+    assert t.call_at(1.0, cb).when() == 1.0 and len(seen) == 2
+    t._set_plain(True, False)
+    t.call_later(2.0, cb)
+    assert len(seen) == 3
+    w.close()

@@ -7,13 +7,14 @@ by memory an earlier implementation freed but the allocator kept.
 import json
 import sys
 
-from . import peers
+from . import loops, peers
 from .workloads import measure_memory
 
 
 def main() -> None:
     name, n = sys.argv[1], int(sys.argv[2])
-    print(json.dumps(measure_memory(getattr(peers, name), n)))
+    cls = getattr(peers, name, None) or getattr(loops, name)
+    print(json.dumps(measure_memory(cls, n)))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import loops
 from .workloads import INTERVAL as STRESS_INTERVAL
 
 PW = "pywheel"
@@ -288,6 +289,8 @@ def targets(records: list[dict], cfg) -> list[dict]:
             f"{r['net_bytes_per_invocation']:.2f} B/invocation held, gen2 = {r['gen2']}",
             r["net_bytes_per_invocation"] < 1 and r["gen2"] <= 1,
         )
+    for row in loops.targets(records):
+        add(*row)
     return out
 
 
@@ -631,6 +634,8 @@ def markdown(doc: dict) -> str:
             "seen).",
             "",
         ]
+
+    parts += loops.markdown(rec, _fmt)
 
     if doc.get("notes"):
         parts += ["## Notes", ""] + [f"- {x}" for x in doc["notes"]] + [""]

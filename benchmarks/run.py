@@ -12,12 +12,13 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from . import loops as L
 from . import peers as P
 from . import report
 from . import workloads as W
 from .util import Progress, machine, mem_available
 
-WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "wakeups", "stress"]
+WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "wakeups", "stress", "loops"]
 
 
 def _parse_ns(text: str) -> list[int]:
@@ -157,6 +158,10 @@ def build_plan(
         for name in W.STRESS_PEERS:
             if ok(name):
                 plan.append((f"stress {name}", lambda nm=name: W.stress_unit(nm, cfg)))
+
+    if "loops" in only:
+        plan += L.plan(cfg, ok)
+        notes.extend(L.unavailable_notes())
     return plan
 
 
@@ -174,13 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="directory for results.json, results.md, plot.png")
     ap.add_argument("--only", help=f"comma list of workloads: {','.join(WORKLOADS)}")
     ap.add_argument("--impl", help="comma list of implementations (floors always run)")
-    ap.add_argument("--ns", help="override N for ops, fire and idle, e.g. 1e3,1e5")
+    ap.add_argument("--ns", help="override N for ops, fire, idle and loops, e.g. 1e3,1e5")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
 
     cfg = W.MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
     if args.ns:
-        cfg.ns = cfg.fire_ns = cfg.idle_ns = _parse_ns(args.ns)
+        cfg.ns = cfg.fire_ns = cfg.idle_ns = cfg.loops_ns = _parse_ns(args.ns)
     only = args.only.split(",") if args.only else WORKLOADS
     bad = [w for w in only if w not in WORKLOADS]
     if bad:

@@ -63,6 +63,12 @@ class Config:
     fire_budget_s: float = 600.0
     spread_s: float = 1.0  # fire_spread: deadlines spread over this many seconds
     thread_mem_n: int = 1000  # threading.Timer's N in the memory workload
+    # the loops workload (benchmarks/loops.py)
+    loops_ns: list[int] = field(default_factory=lambda: [10**3, 10**5, 10**6])
+    loops_mem_n: int = 200_000
+    storm_tasks: int = 20_000
+    storm_sleeps: int = 50
+    storm_runs: int = 1
     extra: dict = field(default_factory=dict)
 
 
@@ -110,6 +116,10 @@ MODES = {
         idle_budget_s=20.0,
         spread_s=0.25,
         thread_mem_n=200,
+        loops_ns=[10**3, 10**5],
+        loops_mem_n=50_000,
+        storm_tasks=2_000,
+        storm_sleeps=10,
     ),
     "smoke": Config(
         "smoke",
@@ -134,6 +144,10 @@ MODES = {
         fire_budget_s=30.0,
         spread_s=0.1,
         thread_mem_n=50,
+        loops_ns=[300],
+        loops_mem_n=10**4,
+        storm_tasks=100,
+        storm_sleeps=3,
     ),
 }
 

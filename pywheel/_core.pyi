@@ -107,6 +107,37 @@ class ManualWheel(Wheel):
     def run_collected(self) -> int: ...
     def _stock_handles(self) -> None: ...
 
+@final
+class _LoopTimers:
+    """WheelEventLoop's call_later/call_at in C (pywheel.asyncio installs its
+    methods on the loop outside debug mode)."""
+
+    def __new__(
+        cls,
+        wheel: ManualWheel,
+        loop: object,
+        call_later: Callable[..., object],
+        call_at: Callable[..., object],
+        /,
+    ) -> Self: ...
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        /,
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> TimerHandle: ...
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        /,
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> TimerHandle: ...
+    def _set_plain(self, at_ok: bool, later_ok: bool, /) -> None: ...
+
 def _shutdown(grace: float, /) -> None: ...
 def _after_fork_child() -> None: ...
 def _fail_alloc_after(n: int, /) -> None: ...

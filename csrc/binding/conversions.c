@@ -15,7 +15,7 @@
  * Python's own `ns / 10**9` (and round(x, 9), which the virtual loop uses)
  * gives it, and time.monotonic() for any count below 2**53 ns (104 days).
  * It is monotonic and exact on whole seconds, which the deadline rule
- * (pw__seconds_to_ns) relies on.  Below 2**53 one division is exact rounding;
+ * (time_rule) relies on.  Below 2**53 one division is exact rounding;
  * above, q + r/1e9 is within one ulp, and the distance to the neighbours
  * decides in integers: y >= 2**23 there, so y, its neighbours and q differ
  * by exact multiples of 2**-30, and no such count lies on a midpoint.
@@ -161,54 +161,43 @@ static int parse_seconds(PyObject *o, const char *what, int64_t *exact, double *
   return 0;
 }
 
-/* A span (a delay, interval, tick, advance(), close()'s timeout) to
- * nanoseconds: an integer exactly, any other number rounded to the nearest
- * nanosecond; +-inf to NEVER_NS / PAST_NS. */
-int pw__seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
-  double d;
-  int r = parse_seconds(o, what, out, &d);
-  if (r != 0)
-    return r < 0 ? -1 : 0;
-  if (isinf(d)) {
-    *out = d > 0 ? NEVER_NS : PAST_NS;
-    return 0;
-  }
+/*
+ * The rules by which a finite float becomes a count of nanoseconds, one a
+ * conversion (0, or -1 when the count leaves the clock's range):
+ *
+ * span (a delay, interval, tick, advance(), close()'s timeout): the nearest
+ * nanosecond.
+ *
+ * time (a deadline: call_at, reschedule, a ManualWheel's start): the least
+ * count that reads, in pw__s_of_ns, at least as late as the float the caller
+ * passed: then `time() >= when` holds once the clock reached the deadline,
+ * whatever float the program compares (the nearest count can read below it,
+ * and a program that re-arms until its comparison holds would wait on a
+ * virtual clock that never moves on).  A float that is a whole number of
+ * nanoseconds, as every when() and time() is, maps to that count.
+ *
+ * floor (run_due, collect_due): the last count that reads at most it, so
+ * what is due is exactly the timers whose when() <= it; reading (advance_to):
+ * the clock reaches the first reading at or after it, to the last nanosecond
+ * of that reading, so a deadline made from the same float is due and
+ * time() >= it.
+ */
+static int span_rule(double d, int64_t *out) {
   d = nearbyint(d * 1e9);
   /* 2**63 is exact as a double; the largest double below it fits an int64
    * and stays below NEVER_NS, and symmetrically above PAST_NS + 1. */
   if (d >= 9223372036854775808.0 || d <= -9223372036854775808.0)
-    return out_of_range(what);
+    return -1;
   *out = (int64_t)d;
   return 0;
 }
 
-/*
- * A time (a deadline: call_at, reschedule, a ManualWheel's start) to
- * nanoseconds.  An integer is exact.  Any other number becomes the least
- * count of nanoseconds that reads, in pw__s_of_ns, at least as late as the float
- * the caller passed: then `time() >= when` holds once the clock reached the
- * deadline, whatever float the program compares (the nearest count can read
- * below it, and a program that re-arms until its comparison holds would wait
- * on a virtual clock that never moves on).  A float that is a whole number
- * of nanoseconds, as every when() and time() is, maps to that count.
- */
-int pw__time_to_ns(PyObject *o, const char *what, int64_t *out) {
-  double d;
-  int r = parse_seconds(o, what, out, &d);
-  if (r != 0)
-    return r < 0 ? -1 : 0;
-  if (isinf(d)) {
-    *out = d > 0 ? NEVER_NS : PAST_NS;
-    return 0;
-  }
-  if (ceil_ns(d, out) < 0 || *out < MIN_NS || *out > MAX_NS)
-    return out_of_range(what);
-  return 0;
+static int time_rule(double d, int64_t *out) {
+  return ceil_ns(d, out) < 0 || *out < MIN_NS || *out > MAX_NS ? -1 : 0;
 }
 
-/* The last count that reads at most y (finite): ceil of the next float, less
- * one; MAX_NS at the top of the range.  -1 below the range. */
-static int floor_ns(double y, int64_t *out) {
+/* Ceil of the next float, less one; MAX_NS at the top of the range. */
+static int floor_rule(double y, int64_t *out) {
   int64_t n;
   double top = pw__s_of_ns(MAX_NS);
   if (y >= top) {
@@ -221,13 +210,14 @@ static int floor_ns(double y, int64_t *out) {
   return 0;
 }
 
-/* A target to move a ManualWheel's clock to.  An integer is exact.  For a
- * float, `whole_reading` (advance_to): the clock reaches the first reading at
- * or after it, to the last nanosecond of that reading, so a deadline made
- * from the same float is due and time() >= it; otherwise (run_due,
- * collect_due): the last nanosecond that reads at most it, so what is due is
- * exactly the timers whose when() <= it. */
-int pw__target_to_ns(PyObject *o, const char *what, bool whole_reading, int64_t *out) {
+static int reading_rule(double d, int64_t *out) {
+  int64_t first;
+  return time_rule(d, &first) < 0 ? -1 : floor_rule(pw__s_of_ns(first), out);
+}
+
+/* Any number to a count: an integer exactly, +-inf to NEVER_NS / PAST_NS,
+ * any other number by `rule`; OverflowError naming `what` out of range. */
+static int to_ns(PyObject *o, const char *what, int (*rule)(double, int64_t *), int64_t *out) {
   double d;
   int r = parse_seconds(o, what, out, &d);
   if (r != 0)
@@ -236,15 +226,30 @@ int pw__target_to_ns(PyObject *o, const char *what, bool whole_reading, int64_t 
     *out = d > 0 ? NEVER_NS : PAST_NS;
     return 0;
   }
-  if (whole_reading) {
-    int64_t first;
-    if (ceil_ns(d, &first) < 0 || first < MIN_NS || first > MAX_NS)
-      return out_of_range(what);
-    d = pw__s_of_ns(first);
+  return rule(d, out) < 0 ? out_of_range(what) : 0;
+}
+
+int pw__seconds_to_ns(PyObject *o, const char *what, int64_t *out) {
+  return to_ns(o, what, span_rule, out);
+}
+
+int pw__time_to_ns(PyObject *o, const char *what, int64_t *out) {
+  return to_ns(o, what, time_rule, out);
+}
+
+int pw__target_to_ns(PyObject *o, const char *what, bool whole_reading, int64_t *out) {
+  return to_ns(o, what, whole_reading ? reading_rule : floor_rule, out);
+}
+
+/* The time rule for a float that is not NaN (+-inf included), without an
+ * exception: -1 out of range.  For the event loop's fast path (loop.c),
+ * which holds a double. */
+int pw__float_time_to_ns(double d, int64_t *out) {
+  if (isinf(d)) {
+    *out = d > 0 ? NEVER_NS : PAST_NS;
+    return 0;
   }
-  if (floor_ns(d, out) < 0)
-    return out_of_range(what);
-  return 0;
+  return time_rule(d, out);
 }
 
 /* a + b for a time and a span, either possibly +-inf (NEVER_NS, PAST_NS);

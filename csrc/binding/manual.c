@@ -108,25 +108,17 @@ static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
       if (!took)
         break;
       c->manual_ns = target_ns;
-      Py_ssize_t r = pw__run_batch(c);
-      if (r < 0) {
-        c->advancing = 0;
-        Py_DECREF(self);
-        return NULL;
-      }
-      ran += r;
-      continue;
-    }
-    if (c->closed || next > last) {
+    } else if (c->closed || next > last) {
       pw_driver_unlock(d);
       break;
+    } else {
+      pw_tick_t at = next > d->wheel.now ? next : d->wheel.now;
+      pw_driver_collect_locked(d, at);
+      pw_driver_unlock(d);
+      int64_t at_ns = (int64_t)at * d->tick_ns;
+      if (at_ns > c->manual_ns)
+        c->manual_ns = at_ns;
     }
-    pw_tick_t at = next > d->wheel.now ? next : d->wheel.now;
-    pw_driver_collect_locked(d, at);
-    pw_driver_unlock(d);
-    int64_t at_ns = (int64_t)at * d->tick_ns;
-    if (at_ns > c->manual_ns)
-      c->manual_ns = at_ns;
     Py_ssize_t r = pw__run_batch(c);
     if (r < 0) {
       c->advancing = 0;

@@ -11,6 +11,7 @@
  *   handle.c       TimerHandle: cancel, reschedule, when, repr, hash, equality
  *   wheel.c        Wheel: construction, scheduling, close, stats, its type tables
  *   manual.c       ManualWheel: advancing time by hand, collect/run due timers
+ *   loop.c         _LoopTimers: WheelEventLoop's call_later/call_at in C
  *   batch.c        running a batch (GIL held) and the wheel thread's hooks
  *   lifecycle.c    the registry of live cores, a core's creation and closing,
  *                  waiting for a thread, atexit and fork
@@ -162,6 +163,7 @@ typedef struct {
   PyTypeObject *handle_type;
   PyTypeObject *wheel_type;
   PyTypeObject *manual_type;
+  PyTypeObject *loop_timers_type;
   bool exited; /* the atexit hook ran: no new wheel threads, no more waiting */
 } modstate;
 
@@ -183,6 +185,7 @@ static inline bool batch_owns(pw_timer *t) {
 double pw__s_of_ns(int64_t ns);
 int pw__seconds_to_ns(PyObject *o, const char *what, int64_t *out);
 int pw__time_to_ns(PyObject *o, const char *what, int64_t *out);
+int pw__float_time_to_ns(double d, int64_t *out);
 int pw__target_to_ns(PyObject *o, const char *what, bool whole_reading, int64_t *out);
 int pw__add_time(int64_t a, int64_t b, const char *what, int64_t *out);
 double pw__late_quantile(const core *c, double q);
@@ -209,6 +212,9 @@ extern PyType_Spec pw__wheel_spec;
 
 /* manual.c */
 extern PyType_Spec pw__manual_spec;
+
+/* loop.c */
+extern PyType_Spec pw__loop_timers_spec;
 
 /* batch.c */
 int pw__cmp_handles(const void *a, const void *b);

@@ -1,0 +1,45 @@
+"""The `loops` benchmark workload runs and reports every loop side by side
+(`python -m benchmarks --smoke --only loops`, in a subprocess; no timing is
+judged here)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import child_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_loops_workload_reports_each_loop(tmp_path):
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "loops", "--no-progress"]
+        + ["--out", str(out)],
+        cwd=ROOT,
+        env=child_env(str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    assert not [n for n in doc["notes"] if "failed" in n], doc["notes"]
+    recs = doc["results"]
+    assert not [r for r in recs if "error" in r], recs
+    pairs = {r["impl"] for r in recs if r["workload"] == "loops_pair"}
+    storms = {r["impl"] for r in recs if r["workload"] == "loops_storm"}
+    mem = {r["impl"] for r in recs if r["workload"] == "loops_memory"}
+    want = {"asyncio", "WheelEventLoop", "its wheel, direct"}
+    assert pairs >= want and mem >= want
+    assert storms >= {"asyncio", "WheelEventLoop"}
+    has_uvloop = importlib.util.find_spec("uvloop") is not None
+    assert ("uvloop" in pairs) == has_uvloop
+    assert all(r["ns"] > 0 for r in recs if r["workload"] == "loops_pair")
+    assert all(r["s"] > 0 for r in recs if r["workload"] == "loops_storm")
+    # one column per loop, pywheel.uvloop's too (filled where it imports)
+    head = "| | asyncio | uvloop | WheelEventLoop | pywheel.uvloop | its wheel, direct |"
+    assert "## Loops: the event loops side by side" in p.stdout and head in p.stdout
+    assert any("WheelEventLoop call_later+cancel" in t["target"] for t in doc["targets"])

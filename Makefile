@@ -9,7 +9,8 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
-  warnings macos-check stubtest dist test-installed test-sdist real-bugs forky parity-forky bench-forky
+  warnings macos-check stubtest dist test-installed test-sdist real-bugs forky parity-forky \
+  bench-forky virtual-aiohttp
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -137,6 +138,12 @@ demo: build
 # About half an hour; downloads and venvs go to ~/.cache/pywheel-parity.
 parity: build
 	$(PYTHON) tests/parity/parity.py
+
+# aiohttp's pytest fixtures on pytest --virtual-time: aiohttp is not in the test
+# extra, so this installs it (as CI does) and runs the one file that needs it.
+virtual-aiohttp: build
+	$(PYTHON) -m pip install -q aiohttp
+	$(PYTHON) -m pytest -q tests/test_virtual_time_aiohttp.py
 
 # The full side-by-side run (tens of minutes); --quick takes about a minute.
 bench: build

@@ -96,7 +96,8 @@ typedef struct core core;
 typedef struct {
   PyObject_HEAD
       /* state and overdue sit in the timer's owner bytes, which would be its
-       * padding otherwise: a handle takes 104 bytes, not 112 */
+       * padding otherwise: a handle takes 104 bytes (80 here and its three
+       * side words), not 112 */
       union {
     pw_timer node;
     struct {
@@ -106,15 +107,18 @@ typedef struct {
       bool stock;    /* an event loop's: asyncio.TimerHandle's semantics (see handle_cancel) */
     };
   };
-  PyObject *callback; /* NULL once it can never run again */
-  PyObject *args;     /* tuple, or NULL for no arguments */
-  PyObject *context;  /* NULL: run in a fresh empty context */
-  int64_t when_ns;    /* exact deadline of the next (or last) run */
+  /* Its callback, arguments and context are its slot's side words (see
+   * slab.h and handle_refs below), not fields: the collector's walk reads
+   * them column by column, 8 bytes a pending handle, not 104. */
+  int64_t when_ns; /* exact deadline of the next (or last) run */
   int64_t interval_ns;
   core *core; /* valid while pending */
 } HandleObject;
 
-_Static_assert(sizeof(void *) != 8 || sizeof(HandleObject) == 104,
+/* A handle's references, as side words of its slab slot. */
+enum { REF_CALLBACK, REF_ARGS, REF_CONTEXT, NREFS };
+
+_Static_assert(sizeof(void *) != 8 || sizeof(HandleObject) + NREFS * sizeof(void *) == 104,
                "a handle's size is part of the memory figures in the README");
 
 typedef struct WheelObject {
@@ -326,9 +330,49 @@ static inline int late_bucket(uint64_t ns) {
   return b < LATE_BUCKETS ? b : LATE_BUCKETS - 1;
 }
 
+/*
+ * A handle's callback (NULL once it can never run again), its arguments (a
+ * tuple, or NULL for none) and its context (NULL: a fresh empty one) live in
+ * its slot's side words.  Invariant, which wheel_traverse relies on: while
+ * the wheel is open, a handle that is not pending has all three NULL
+ * whenever Python code can run (so whenever the collector can), because
+ * every change of state away from H_PENDING takes them out with
+ * handle_take_refs before anything else runs.  A closed wheel's traverse
+ * reports none of them (pw__close_core marks before it releases).
+ */
+static inline PyObject *handle_callback(HandleObject *h) { return pw_slab_side(h, REF_CALLBACK); }
+static inline PyObject *handle_args(HandleObject *h) { return pw_slab_side(h, REF_ARGS); }
+static inline PyObject *handle_context(HandleObject *h) { return pw_slab_side(h, REF_CONTEXT); }
+
+/* Gives a new handle (whose words are NULL) the references, stolen. */
+static inline void handle_set_refs(HandleObject *h, PyObject *cb, PyObject *args, PyObject *ctx) {
+  pw_slab_side_set(h, REF_CALLBACK, cb);
+  if (args)
+    pw_slab_side_set(h, REF_ARGS, args);
+  if (ctx)
+    pw_slab_side_set(h, REF_CONTEXT, ctx);
+}
+
+/* Moves the references out to the caller, leaving the words NULL.  A page
+ * whose argument or context column is all NULL (the common case: its
+ * count, in the page head, is 0) costs no read of that column. */
+static inline void handle_take_refs(HandleObject *h, PyObject **cb, PyObject **args,
+                                    PyObject **ctx) {
+  pw_slab_head *pg = pw__slab_head(h);
+  PyObject **w[NREFS] = {cb, args, ctx};
+  for (unsigned k = 0; k < NREFS; k++) {
+    *w[k] = NULL;
+    if (k == REF_CALLBACK || pg->nonnull[k]) {
+      *w[k] = pw_slab_side(h, k);
+      if (*w[k])
+        pw_slab_side_set(h, k, NULL);
+    }
+  }
+}
+
 static inline void handle_release(HandleObject *h) {
-  PyObject *cb = h->callback, *args = h->args, *ctx = h->context;
-  h->callback = h->args = h->context = NULL;
+  PyObject *cb, *args, *ctx;
+  handle_take_refs(h, &cb, &args, &ctx);
   Py_XDECREF(cb);
   Py_XDECREF(args);
   Py_XDECREF(ctx);

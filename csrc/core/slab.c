@@ -25,6 +25,7 @@
 #define WORDS (PW_SLAB_PAGE / MIN_SLOT / 64)
 
 struct pw_slab_page {
+  pw_slab_head h;              /* first: a page's address is its head's */
   pw_slab_page *next, *prev;   /* in set->pages */
   pw_slab_page *pnext, *pprev; /* in set->partial, while in_partial */
   pw_slab_set *set;
@@ -36,12 +37,18 @@ struct pw_slab_page {
 
 #define HEAD_SIZE ((sizeof(pw_slab_page) + 15) & ~(size_t)15)
 
+/* A page: its head, then the side columns (side_words * per_page words),
+ * then the slots from a 16-byte boundary. */
+static inline size_t side_bytes(size_t side_words, size_t per_page) {
+  return (side_words * per_page * sizeof(void *) + 15) & ~(size_t)15;
+}
+
 static inline char *slot_at(pw_slab_page *pg, size_t i) {
-  return (char *)pg + HEAD_SIZE + i * pg->set->slot_size;
+  return pg->h.first + i * pg->set->slot_size;
 }
 
 static inline size_t index_of(pw_slab_page *pg, void *p) {
-  return (size_t)((char *)p - (char *)pg - HEAD_SIZE) / pg->set->slot_size;
+  return (size_t)((char *)p - pg->h.first) / pg->set->slot_size;
 }
 
 static inline pw_slab_page *page_of(void *p) {
@@ -71,6 +78,12 @@ static pw_slab_page *page_new(pw_slab_set *s) {
   pw_slab_page *pg = aligned_alloc(PW_SLAB_PAGE, PW_SLAB_PAGE);
   if (!pg)
     return NULL;
+  pg->h.side = (void **)((char *)pg + HEAD_SIZE);
+  pg->h.first = (char *)pg + HEAD_SIZE + side_bytes(s->side_words, s->per_page);
+  pg->h.per_page = (uint32_t)s->per_page;
+  pg->h.recip = (uint32_t)((((uint64_t)1 << 32) + s->slot_size - 1) / s->slot_size);
+  for (unsigned k = 0; k < PW_SLAB_SIDE_MAX; k++)
+    pg->h.nonnull[k] = 0;
   pg->set = s;
   pg->free = NULL;
   pg->live = pg->fresh = 0;
@@ -105,14 +118,18 @@ static void page_free(pw_slab_set *s, pw_slab_page *pg) {
   free(pg);
 }
 
-pw_slab_set *pw_slab_set_new(size_t slot_size, void (*on_page)(void *, size_t, bool)) {
-  if (slot_size < MIN_SLOT || slot_size % 8 || slot_size > PW_SLAB_PAGE / 4)
+pw_slab_set *pw_slab_set_new(size_t slot_size, unsigned side_words,
+                             void (*on_page)(void *, size_t, bool)) {
+  if (slot_size < MIN_SLOT || slot_size % 8 || slot_size > PW_SLAB_PAGE / 4 ||
+      side_words > PW_SLAB_SIDE_MAX)
     return NULL;
   pw_slab_set *s = malloc(sizeof *s);
   if (!s)
     return NULL;
   s->slot_size = slot_size;
-  s->per_page = (PW_SLAB_PAGE - HEAD_SIZE) / slot_size;
+  s->side_words = side_words;
+  /* less 15 bytes: the columns' end is rounded up to 16 */
+  s->per_page = (PW_SLAB_PAGE - HEAD_SIZE - 15) / (slot_size + side_words * sizeof(void *));
   s->pages = s->partial = NULL;
   s->refs = 1;
   s->npages = 0;
@@ -146,6 +163,8 @@ void *pw_slab_alloc(pw_slab_set *s) {
   }
   size_t i = index_of(pg, slot);
   pg->used[i / 64] |= (uint64_t)1 << (i % 64);
+  for (unsigned k = 0; k < s->side_words; k++)
+    pg->h.side[k * s->per_page + i] = NULL; /* never written, or NULL since its free */
   pg->live++;
   if (!pg->free && pg->fresh == s->per_page)
     partial_remove(s, pg);
@@ -158,6 +177,11 @@ void pw_slab_free(void *slot) {
   pw_slab_set *s = pg->set;
   size_t i = index_of(pg, slot);
   pg->used[i / 64] &= ~((uint64_t)1 << (i % 64));
+  for (unsigned k = 0; k < s->side_words; k++) {
+    void **w = &pg->h.side[k * s->per_page + i];
+    pg->h.nonnull[k] -= *w != NULL;
+    *w = NULL; /* a free slot's words are NULL: the column walk reads them */
+  }
   *(void **)slot = pg->free;
   pg->free = slot;
   POISON(slot, s->slot_size);
@@ -183,6 +207,21 @@ int pw_slab_foreach(pw_slab_set *s, int (*fn)(void *slot, void *arg), void *arg)
           return r;
       }
     }
+  }
+  return 0;
+}
+
+int pw_slab_foreach_side(pw_slab_set *s, unsigned k,
+                         int (*fn)(void *const *words, size_t n, size_t nonnull, void *arg),
+                         void *arg) {
+  if (k >= s->side_words)
+    return 0;
+  for (pw_slab_page *pg = s->pages; pg; pg = pg->next) {
+    if (!pg->h.nonnull[k])
+      continue;
+    int r = fn(&pg->h.side[k * s->per_page], pg->fresh, pg->h.nonnull[k], arg);
+    if (r)
+      return r;
   }
   return 0;
 }

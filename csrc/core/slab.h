@@ -7,6 +7,17 @@
  * than chasing list links to scattered objects: one dependent cache miss per
  * pending timer becomes a sequential scan the hardware prefetches.
  *
+ * Side words.  A set may give each slot up to PW_SLAB_SIDE_MAX pointer-sized
+ * words kept apart from it, in its page's columns: word k of every slot of a
+ * page lies next to word k of the next.  pywheel keeps a handle's callback,
+ * arguments and context there, so that the collector's walk over a million
+ * pending handles reads 8 bytes a handle (the callback column) instead of the
+ * 104 of every handle, and skips a column that is all NULL on a page without
+ * reading it (each page counts the non-NULL words of each column).  Reading
+ * or writing a side word costs a mask, a multiply and a load: the accessors
+ * below are inline, which is why a page's head is public.  The side words of
+ * a new slot are NULL; pw_slab_free sets them NULL again.
+ *
  * A set of pages belongs to one owner (a wheel) but may outlive it: slots
  * still allocated keep it, and the last of the owner's release and the slot
  * frees frees it.  The caller serialises every call on a set (pywheel makes
@@ -20,11 +31,22 @@
 #include <stdint.h>
 
 #define PW_SLAB_PAGE ((size_t)64 * 1024) /* bytes a page, and its alignment */
+#define PW_SLAB_SIDE_MAX 4               /* side words a slot may have */
 
 typedef struct pw_slab_page pw_slab_page;
 
+/* What the inline accessors read: the start of every page. */
+typedef struct pw_slab_head {
+  void **side;                        /* side word k of slot i: side[k * per_page + i] */
+  char *first;                        /* slot 0 */
+  uint32_t per_page;                  /* slots a page */
+  uint32_t recip;                     /* ceil(2**32 / slot_size): see pw__slab_word */
+  uint32_t nonnull[PW_SLAB_SIDE_MAX]; /* the non-NULL words of each column */
+} pw_slab_head;
+
 typedef struct pw_slab_set {
   size_t slot_size, per_page;
+  unsigned side_words;
   pw_slab_page *pages;   /* every page, in the order they were made */
   pw_slab_page *partial; /* pages with a free slot */
   size_t refs;           /* live slots, plus one while the owner holds the set */
@@ -33,9 +55,11 @@ typedef struct pw_slab_set {
   void (*on_page)(void *page, size_t bytes, bool added);
 } pw_slab_set;
 
-pw_slab_set *pw_slab_set_new(size_t slot_size, void (*on_page)(void *, size_t, bool));
-/* A set of slots of slot_size bytes (a multiple of 8, at most a quarter
- * page), held by the caller; NULL when out of memory. */
+pw_slab_set *pw_slab_set_new(size_t slot_size, unsigned side_words,
+                             void (*on_page)(void *, size_t, bool));
+/* A set of slots of slot_size bytes (a multiple of 8, from 64 to a quarter
+ * page) with side_words side words each (at most PW_SLAB_SIDE_MAX), held by
+ * the caller; NULL when out of memory or the sizes are out of range. */
 
 void pw_slab_release(pw_slab_set *s);
 /* The owner lets go: the set is freed now if no slot is live, else by the
@@ -52,5 +76,40 @@ int pw_slab_foreach(pw_slab_set *s, int (*fn)(void *slot, void *arg), void *arg)
 /* Calls fn on every allocated slot, page by page in address order within
  * each page, stopping at the first non-zero return, which it returns.  fn
  * must not allocate or free. */
+
+int pw_slab_foreach_side(pw_slab_set *s, unsigned k,
+                         int (*fn)(void *const *words, size_t n, size_t nonnull, void *arg),
+                         void *arg);
+/* Calls fn on column k of every page that holds a non-NULL word k: the
+ * words of the page's slots words[0..n), every slot ever allocated in it
+ * (free ones are NULL), of which exactly `nonnull` are not NULL; stops at the
+ * first non-zero return, which it returns.  A page whose column k is all NULL
+ * costs the read of its head.  fn must not allocate, free or set a word. */
+
+static inline pw_slab_head *pw__slab_head(const void *slot) {
+  return (pw_slab_head *)((uintptr_t)slot & ~(uintptr_t)(PW_SLAB_PAGE - 1));
+}
+
+/* A slot's index in its page without a division: slots lie at multiples of
+ * slot_size from `first`, under 2**16 bytes, so with r = ceil(2**32 / size)
+ * the product i*size*r lies in [i * 2**32, i * 2**32 + i*size) and i*size <
+ * 2**16 < 2**32: the top half is i exactly (test_slab checks every index). */
+static inline void **pw__slab_word(const void *slot, unsigned k) {
+  pw_slab_head *h = pw__slab_head(slot);
+  uint64_t off = (uint64_t)((const char *)slot - h->first);
+  size_t i = (size_t)((off * h->recip) >> 32);
+  return &h->side[(size_t)k * h->per_page + i];
+}
+
+static inline void *pw_slab_side(const void *slot, unsigned k) { return *pw__slab_word(slot, k); }
+/* Side word k of an allocated slot. */
+
+static inline void pw_slab_side_set(void *slot, unsigned k, void *v) {
+  void **w = pw__slab_word(slot, k);
+  pw_slab_head *h = pw__slab_head(slot);
+  h->nonnull[k] += (uint32_t)(v != NULL) - (uint32_t)(*w != NULL);
+  *w = v;
+}
+/* Sets side word k of an allocated slot (k below the set's side_words). */
 
 #endif /* PW_SLAB_H */

@@ -196,7 +196,7 @@ Py_ssize_t pw__run_batch(core *c) {
     if (d->batch_pos + PREFETCH_AHEAD < d->batch_n) {
       HandleObject *ahead = handle_of(d->batch[d->batch_pos + PREFETCH_AHEAD]);
       __builtin_prefetch(ahead);
-      __builtin_prefetch(pw__slab_word(ahead, REF_CALLBACK)); /* its page head is cached */
+      __builtin_prefetch(handle_word(ahead, REF_CALLBACK));
     }
     HandleObject *h = handle_of(d->batch[d->batch_pos++]);
     if (!batch_owns(&h->node)) { /* cancelled, or moved */

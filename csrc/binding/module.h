@@ -340,33 +340,48 @@ static inline int late_bucket(uint64_t ns) {
  * handle_take_refs before anything else runs.  A closed wheel's traverse
  * reports none of them (pw__close_core marks before it releases).
  */
-static inline PyObject *handle_callback(HandleObject *h) { return pw_slab_side(h, REF_CALLBACK); }
-static inline PyObject *handle_args(HandleObject *h) { return pw_slab_side(h, REF_ARGS); }
-static inline PyObject *handle_context(HandleObject *h) { return pw_slab_side(h, REF_CONTEXT); }
+/* Where reference k of h is: arithmetic on h's address (slab.h), which
+ * reads no page head. */
+static inline PyObject **handle_word(HandleObject *h, unsigned k) {
+  return (PyObject **)pw_slab_word(h, sizeof(HandleObject), NREFS, k);
+}
+static inline PyObject *handle_callback(HandleObject *h) { return *handle_word(h, REF_CALLBACK); }
+static inline PyObject *handle_args(HandleObject *h) { return *handle_word(h, REF_ARGS); }
+static inline PyObject *handle_context(HandleObject *h) { return *handle_word(h, REF_CONTEXT); }
 
 /* Gives a new handle (whose words are NULL) the references, stolen. */
 static inline void handle_set_refs(HandleObject *h, PyObject *cb, PyObject *args, PyObject *ctx) {
-  pw_slab_side_set(h, REF_CALLBACK, cb);
+  pw_slab_set_word(h, sizeof(HandleObject), NREFS, REF_CALLBACK, cb);
   if (args)
-    pw_slab_side_set(h, REF_ARGS, args);
+    pw_slab_set_word(h, sizeof(HandleObject), NREFS, REF_ARGS, args);
   if (ctx)
-    pw_slab_side_set(h, REF_CONTEXT, ctx);
+    pw_slab_set_word(h, sizeof(HandleObject), NREFS, REF_CONTEXT, ctx);
 }
 
-/* Moves the references out to the caller, leaving the words NULL.  A page
- * whose argument or context column is all NULL (the common case: its
- * count, in the page head, is 0) costs no read of that column. */
+/* Moves the references out to the caller, leaving the words NULL.  The
+ * argument and context words are read only where their page's count says
+ * one may be set: the count sits in the page head, whose miss nothing waits
+ * for (the branch is predicted), where a read of the word would be a miss
+ * of its own. */
 static inline void handle_take_refs(HandleObject *h, PyObject **cb, PyObject **args,
                                     PyObject **ctx) {
-  pw_slab_head *pg = pw__slab_head(h);
-  PyObject **w[NREFS] = {cb, args, ctx};
-  for (unsigned k = 0; k < NREFS; k++) {
-    *w[k] = NULL;
-    if (k == REF_CALLBACK || pg->nonnull[k]) {
-      *w[k] = pw_slab_side(h, k);
-      if (*w[k])
-        pw_slab_side_set(h, k, NULL);
-    }
+  pw_slab_head *pg = pw_slab_head_of(h);
+  PyObject **w = handle_word(h, REF_CALLBACK);
+  size_t stride = pw_slab_per_page(sizeof(HandleObject), NREFS); /* word k: w[k * stride] */
+  *cb = w[0];
+  if (*cb) {
+    w[0] = NULL;
+    pg->nonnull[REF_CALLBACK]--;
+  }
+  *args = NULL;
+  if (pg->nonnull[REF_ARGS] && (*args = w[REF_ARGS * stride])) {
+    w[REF_ARGS * stride] = NULL;
+    pg->nonnull[REF_ARGS]--;
+  }
+  *ctx = NULL;
+  if (pg->nonnull[REF_CONTEXT] && (*ctx = w[REF_CONTEXT * stride])) {
+    w[REF_CONTEXT * stride] = NULL;
+    pg->nonnull[REF_CONTEXT]--;
   }
 }
 

@@ -35,20 +35,19 @@ struct pw_slab_page {
   uint64_t used[WORDS]; /* allocated slots */
 };
 
-#define HEAD_SIZE ((sizeof(pw_slab_page) + 15) & ~(size_t)15)
+_Static_assert(sizeof(pw_slab_page) <= PW_SLAB_HEAD, "a page's head outgrew its room");
 
-/* A page: its head, then the side columns (side_words * per_page words),
- * then the slots from a 16-byte boundary. */
-static inline size_t side_bytes(size_t side_words, size_t per_page) {
-  return (side_words * per_page * sizeof(void *) + 15) & ~(size_t)15;
+/* The layout: see pw_slab_first in slab.h. */
+static inline void **col(pw_slab_page *pg, size_t k) {
+  return (void **)((char *)pg + PW_SLAB_HEAD) + k * pg->set->per_page;
 }
 
 static inline char *slot_at(pw_slab_page *pg, size_t i) {
-  return pg->h.first + i * pg->set->slot_size;
+  return (char *)pg + pg->set->first + i * pg->set->slot_size;
 }
 
 static inline size_t index_of(pw_slab_page *pg, void *p) {
-  return (size_t)((char *)p - pg->h.first) / pg->set->slot_size;
+  return (size_t)((char *)p - (char *)pg - pg->set->first) / pg->set->slot_size;
 }
 
 static inline pw_slab_page *page_of(void *p) {
@@ -78,10 +77,6 @@ static pw_slab_page *page_new(pw_slab_set *s) {
   pw_slab_page *pg = aligned_alloc(PW_SLAB_PAGE, PW_SLAB_PAGE);
   if (!pg)
     return NULL;
-  pg->h.side = (void **)((char *)pg + HEAD_SIZE);
-  pg->h.first = (char *)pg + HEAD_SIZE + side_bytes(s->side_words, s->per_page);
-  pg->h.per_page = (uint32_t)s->per_page;
-  pg->h.recip = (uint32_t)((((uint64_t)1 << 32) + s->slot_size - 1) / s->slot_size);
   for (unsigned k = 0; k < PW_SLAB_SIDE_MAX; k++)
     pg->h.nonnull[k] = 0;
   pg->set = s;
@@ -128,8 +123,8 @@ pw_slab_set *pw_slab_set_new(size_t slot_size, unsigned side_words,
     return NULL;
   s->slot_size = slot_size;
   s->side_words = side_words;
-  /* less 15 bytes: the columns' end is rounded up to 16 */
-  s->per_page = (PW_SLAB_PAGE - HEAD_SIZE - 15) / (slot_size + side_words * sizeof(void *));
+  s->per_page = pw_slab_per_page(slot_size, side_words);
+  s->first = pw_slab_first(slot_size, side_words);
   s->pages = s->partial = NULL;
   s->refs = 1;
   s->npages = 0;
@@ -153,18 +148,20 @@ void *pw_slab_alloc(pw_slab_set *s) {
   if (!pg && !(pg = page_new(s)))
     return NULL;
   char *slot;
+  size_t i;
   if (pg->free) {
     slot = pg->free;
     UNPOISON(slot, s->slot_size);
     pg->free = *(void **)slot;
+    i = index_of(pg, slot); /* its side words are NULL since its free */
   } else {
-    slot = slot_at(pg, pg->fresh++);
+    i = pg->fresh++;
+    slot = slot_at(pg, i);
     UNPOISON(slot, s->slot_size);
+    for (unsigned k = 0; k < s->side_words; k++)
+      col(pg, k)[i] = NULL; /* never written */
   }
-  size_t i = index_of(pg, slot);
   pg->used[i / 64] |= (uint64_t)1 << (i % 64);
-  for (unsigned k = 0; k < s->side_words; k++)
-    pg->h.side[k * s->per_page + i] = NULL; /* never written, or NULL since its free */
   pg->live++;
   if (!pg->free && pg->fresh == s->per_page)
     partial_remove(s, pg);
@@ -177,10 +174,15 @@ void pw_slab_free(void *slot) {
   pw_slab_set *s = pg->set;
   size_t i = index_of(pg, slot);
   pg->used[i / 64] &= ~((uint64_t)1 << (i % 64));
+  /* A free slot's words are NULL: the column walk reads them.  A column
+   * whose count is 0 is all NULL already, and is not touched (a cache miss
+   * each, on a free at a random place). */
   for (unsigned k = 0; k < s->side_words; k++) {
-    void **w = &pg->h.side[k * s->per_page + i];
+    if (!pg->h.nonnull[k])
+      continue;
+    void **w = &col(pg, k)[i];
     pg->h.nonnull[k] -= *w != NULL;
-    *w = NULL; /* a free slot's words are NULL: the column walk reads them */
+    *w = NULL;
   }
   *(void **)slot = pg->free;
   pg->free = slot;
@@ -219,7 +221,7 @@ int pw_slab_foreach_side(pw_slab_set *s, unsigned k,
   for (pw_slab_page *pg = s->pages; pg; pg = pg->next) {
     if (!pg->h.nonnull[k])
       continue;
-    int r = fn(&pg->h.side[k * s->per_page], pg->fresh, pg->h.nonnull[k], arg);
+    int r = fn(col(pg, k), pg->fresh, pg->h.nonnull[k], arg);
     if (r)
       return r;
   }

@@ -13,10 +13,9 @@
  * arguments and context there, so that the collector's walk over a million
  * pending handles reads 8 bytes a handle (the callback column) instead of the
  * 104 of every handle, and skips a column that is all NULL on a page without
- * reading it (each page counts the non-NULL words of each column).  Reading
- * or writing a side word costs a mask, a multiply and a load: the accessors
- * below are inline, which is why a page's head is public.  The side words of
- * a new slot are NULL; pw_slab_free sets them NULL again.
+ * reading it (each page counts the non-NULL words of each column).  Reaching
+ * a side word costs a mask, a multiply and an add (see pw_slab_word).  The
+ * side words of a new slot are NULL; pw_slab_free sets them NULL again.
  *
  * A set of pages belongs to one owner (a wheel) but may outlive it: slots
  * still allocated keep it, and the last of the owner's release and the slot
@@ -35,17 +34,16 @@
 
 typedef struct pw_slab_page pw_slab_page;
 
-/* What the inline accessors read: the start of every page. */
+#define PW_SLAB_HEAD ((size_t)256) /* bytes at the start of a page: its head */
+
+/* The public part of a page's head, at the page's start. */
 typedef struct pw_slab_head {
-  void **side;                        /* side word k of slot i: side[k * per_page + i] */
-  char *first;                        /* slot 0 */
-  uint32_t per_page;                  /* slots a page */
-  uint32_t recip;                     /* ceil(2**32 / slot_size): see pw__slab_word */
-  uint32_t nonnull[PW_SLAB_SIDE_MAX]; /* the non-NULL words of each column */
+  uint32_t nonnull[PW_SLAB_SIDE_MAX]; /* the non-NULL side words of each column */
 } pw_slab_head;
 
 typedef struct pw_slab_set {
   size_t slot_size, per_page;
+  size_t first; /* offset of slot 0 in a page */
   unsigned side_words;
   pw_slab_page *pages;   /* every page, in the order they were made */
   pw_slab_page *partial; /* pages with a free slot */
@@ -86,30 +84,45 @@ int pw_slab_foreach_side(pw_slab_set *s, unsigned k,
  * first non-zero return, which it returns.  A page whose column k is all NULL
  * costs the read of its head.  fn must not allocate, free or set a word. */
 
-static inline pw_slab_head *pw__slab_head(const void *slot) {
+/*
+ * A page's layout: its head (PW_SLAB_HEAD bytes), the side columns (word k
+ * of slot i at column k, row i), the slots from the next 16-byte boundary.
+ * It is a function of slot_size and side_words alone, so that a caller who
+ * knows both at compile time reaches a side word by arithmetic on the
+ * slot's address, without reading the page head: pages are 64 KiB-aligned,
+ * so their heads share a few cache sets, and a head read on a random slot is
+ * a miss that the word's own load would wait for.
+ */
+static inline size_t pw_slab_per_page(size_t slot_size, unsigned side_words) {
+  return (PW_SLAB_PAGE - PW_SLAB_HEAD - 15) / (slot_size + side_words * sizeof(void *));
+}
+
+static inline size_t pw_slab_first(size_t slot_size, unsigned side_words) {
+  size_t cols = side_words * pw_slab_per_page(slot_size, side_words) * sizeof(void *);
+  return PW_SLAB_HEAD + ((cols + 15) & ~(size_t)15);
+}
+/* Offset of slot 0 from its page's start. */
+
+static inline pw_slab_head *pw_slab_head_of(const void *slot) {
   return (pw_slab_head *)((uintptr_t)slot & ~(uintptr_t)(PW_SLAB_PAGE - 1));
 }
 
-/* A slot's index in its page without a division: slots lie at multiples of
- * slot_size from `first`, under 2**16 bytes, so with r = ceil(2**32 / size)
- * the product i*size*r lies in [i * 2**32, i * 2**32 + i*size) and i*size <
- * 2**16 < 2**32: the top half is i exactly (test_slab checks every index). */
-static inline void **pw__slab_word(const void *slot, unsigned k) {
-  pw_slab_head *h = pw__slab_head(slot);
-  uint64_t off = (uint64_t)((const char *)slot - h->first);
-  size_t i = (size_t)((off * h->recip) >> 32);
-  return &h->side[(size_t)k * h->per_page + i];
+static inline void **pw_slab_word(const void *slot, size_t slot_size, unsigned side_words,
+                                  unsigned k) {
+  uintptr_t page = (uintptr_t)slot & ~(uintptr_t)(PW_SLAB_PAGE - 1);
+  size_t i = ((uintptr_t)slot - page - pw_slab_first(slot_size, side_words)) / slot_size;
+  return (void **)(page + PW_SLAB_HEAD) + k * pw_slab_per_page(slot_size, side_words) + i;
 }
+/* Where side word k of an allocated slot of a set of (slot_size, side_words)
+ * is; read it freely, write it only with pw_slab_set_word. */
 
-static inline void *pw_slab_side(const void *slot, unsigned k) { return *pw__slab_word(slot, k); }
-/* Side word k of an allocated slot. */
-
-static inline void pw_slab_side_set(void *slot, unsigned k, void *v) {
-  void **w = pw__slab_word(slot, k);
-  pw_slab_head *h = pw__slab_head(slot);
+static inline void pw_slab_set_word(void *slot, size_t slot_size, unsigned side_words, unsigned k,
+                                    void *v) {
+  void **w = pw_slab_word(slot, slot_size, side_words, k);
+  pw_slab_head *h = pw_slab_head_of(slot);
   h->nonnull[k] += (uint32_t)(v != NULL) - (uint32_t)(*w != NULL);
   *w = v;
 }
-/* Sets side word k of an allocated slot (k below the set's side_words). */
+/* Sets side word k of an allocated slot, keeping its page's count. */
 
 #endif /* PW_SLAB_H */

@@ -77,13 +77,13 @@ static void *side_of(void *p, unsigned k) {
 
 static void fill(void *slot) {
   for (unsigned k = 0; k < SIDE; k++)
-    CHECK(pw_slab_side(slot, k) == NULL, "a new slot's side word %u is not NULL", k);
+    CHECK(*pw_slab_word(slot, SLOT, SIDE, k) == NULL, "a new slot's side word %u is not NULL", k);
   memset(slot, 0xab, SLOT); /* the whole slot is ours */
   uint64_t tag = (uint64_t)(uintptr_t)slot;
   memcpy((char *)slot + 8, &tag, sizeof tag);
   for (unsigned k = 0; k < SIDE; k++) {
-    pw_slab_side_set(slot, k, (void *)1); /* counted, then replaced */
-    pw_slab_side_set(slot, k, side_of(slot, k));
+    pw_slab_set_word(slot, SLOT, SIDE, k, (void *)1); /* counted, then replaced */
+    pw_slab_set_word(slot, SLOT, SIDE, k, side_of(slot, k));
   }
 }
 
@@ -101,7 +101,8 @@ static int visit_col(void *const *words, size_t n, size_t nonnull, void *arg) {
       continue;
     void *slot = (void *)((uintptr_t)v & ~(uintptr_t)7);
     CHECK(v == side_of(slot, c->k), "column %u holds %p, not a live slot's word", c->k, v);
-    CHECK(pw_slab_side(slot, c->k) == v, "column %u: word %p is not its slot's", c->k, v);
+    CHECK(*pw_slab_word(slot, SLOT, SIDE, c->k) == v, "column %u: word %p is not its slot's", c->k,
+          v);
     here++;
   }
   CHECK(here == nonnull, "column %u: %zu non-NULL words on a page said to have %zu", c->k, here,
@@ -136,17 +137,26 @@ static void index_check(void) {
     CHECK(v, "malloc");
     for (size_t i = 0; i < n; i++) {
       v[i] = pw_slab_alloc(s);
-      CHECK(v[i] && (i == 0 || pw__slab_head(v[i]) == pw__slab_head(v[0])), "one page");
-      pw_slab_side_set(v[i], 0, (char *)v[i] + 1);
-      pw_slab_side_set(v[i], 1, (char *)v[i] + 3);
+      CHECK(v[i] && (i == 0 || pw_slab_head_of(v[i]) == pw_slab_head_of(v[0])), "one page");
+      pw_slab_set_word(v[i], size, 2, 0, (char *)v[i] + 1);
+      pw_slab_set_word(v[i], size, 2, 1, (char *)v[i] + 3);
     }
-    pw_slab_head *h = pw__slab_head(v[0]);
-    CHECK((char *)&h->side[2 * n] <= h->first, "columns overlap the slots (size %zu)", size);
-    CHECK(h->first + n * size <= (char *)h + PW_SLAB_PAGE, "slots past the page (size %zu)", size);
+    pw_slab_head *h = pw_slab_head_of(v[0]);
+    char *page = (char *)h, *first = page + pw_slab_first(size, 2);
+    CHECK(n == pw_slab_per_page(size, 2), "per_page (size %zu)", size);
+    CHECK((char *)v[0] == first, "slot 0 not at its place (size %zu)", size);
+    CHECK((char *)pw_slab_word(v[n - 1], size, 2, 1) < first, "columns overlap the slots (%zu)",
+          size);
+    CHECK((char *)pw_slab_word(v[0], size, 2, 0) >= page + PW_SLAB_HEAD, "columns in the head");
+    CHECK(first + n * size <= page + PW_SLAB_PAGE, "slots past the page (size %zu)", size);
     CHECK(h->nonnull[0] == n && h->nonnull[1] == n, "counts (size %zu)", size);
     for (size_t i = 0; i < n; i++) {
-      CHECK(h->side[i] == (char *)v[i] + 1 && h->side[n + i] == (char *)v[i] + 3,
+      CHECK(*pw_slab_word(v[i], size, 2, 0) == (char *)v[i] + 1 &&
+                *pw_slab_word(v[i], size, 2, 1) == (char *)v[i] + 3,
             "slot %zu of size %zu has another's side words", i, size);
+      CHECK(pw_slab_word(v[i], size, 2, 0) == (void **)(page + PW_SLAB_HEAD) + i &&
+                pw_slab_word(v[i], size, 2, 1) == (void **)(page + PW_SLAB_HEAD) + n + i,
+            "slot %zu of size %zu: its words are not at row %zu", i, size, i);
       pw_slab_free(v[i]);
     }
     free(v);

@@ -37,9 +37,9 @@
  * timers add nothing to the collector's generations.  The wheel's traverse
  * reports the callbacks, arguments and contexts of its pending handles, so a
  * cycle through a pending callback back to its wheel is still collected; it
- * finds them by walking the wheel's handle slabs (slab.h) in memory order,
- * which costs a full collection a sequential scan, not a cache miss per
- * pending timer.
+ * finds them in the side words of the wheel's handle slabs (slab.h), one
+ * column per kind of reference and page, which costs a full collection a
+ * sequential scan of 8 bytes a pending timer, not a cache miss per timer.
  *
  * Free-threaded CPython.  The module does not declare Py_mod_gil, so a
  * free-threaded build turns the GIL back on when it is imported.  Before

@@ -193,8 +193,11 @@ Py_ssize_t pw__run_batch(core *c) {
   Py_ssize_t ran = 0;
   PyObject *fatal = NULL;
   while (d->batch_pos < d->batch_n) {
-    if (d->batch_pos + PREFETCH_AHEAD < d->batch_n)
-      __builtin_prefetch(handle_of(d->batch[d->batch_pos + PREFETCH_AHEAD]));
+    if (d->batch_pos + PREFETCH_AHEAD < d->batch_n) {
+      HandleObject *ahead = handle_of(d->batch[d->batch_pos + PREFETCH_AHEAD]);
+      __builtin_prefetch(ahead);
+      __builtin_prefetch(handle_word(ahead, REF_CALLBACK));
+    }
     HandleObject *h = handle_of(d->batch[d->batch_pos++]);
     if (!batch_owns(&h->node)) { /* cancelled, or moved */
       Py_DECREF(h);
@@ -208,10 +211,11 @@ Py_ssize_t pw__run_batch(core *c) {
     PyObject *cb, *args, *ctx;
     if (!h->interval_ns) {
       h->state = H_DONE; /* its references are ours now: released after the call */
-      cb = h->callback, args = h->args, ctx = h->context;
-      h->callback = h->args = h->context = NULL;
+      handle_take_refs(h, &cb, &args, &ctx);
     } else {
-      cb = Py_NewRef(h->callback), args = Py_XNewRef(h->args), ctx = Py_XNewRef(h->context);
+      cb = Py_NewRef(handle_callback(h));
+      args = Py_XNewRef(handle_args(h));
+      ctx = Py_XNewRef(handle_context(h));
     }
     /* `running` stays set through everything that can run Python code
      * (the handler, the releases), so a close() or cancel() meanwhile

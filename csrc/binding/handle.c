@@ -136,7 +136,8 @@ static PyObject *handle_when(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
 static PyObject *handle_get_context(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   /* NULL stands for an empty context (see capture_context): a new empty one
    * is indistinguishable from a copy of it. */
-  return h->context ? Py_NewRef(h->context) : PyContext_New();
+  PyObject *ctx = handle_context(h);
+  return ctx ? Py_NewRef(ctx) : PyContext_New();
 }
 
 static PyObject *handle_get_interval(HandleObject *h, void *Py_UNUSED(closure)) {
@@ -150,19 +151,20 @@ static PyObject *handle_repr(HandleObject *h) {
   PyObject *when = PyFloat_FromDouble(ns_to_s(h->when_ns));
   if (!when)
     return NULL;
-  PyObject *r;
-  if (h->callback && h->interval_ns) {
+  /* held: its __repr__ may cancel the handle, which lets go of it */
+  PyObject *r, *cb = Py_XNewRef(handle_callback(h));
+  if (cb && h->interval_ns) {
     PyObject *interval = handle_get_interval(h, NULL);
-    r = interval
-            ? PyUnicode_FromFormat("<%s %s when=%R interval=%R callback=%R>", Py_TYPE(h)->tp_name,
-                                   names[h->state], when, interval, h->callback)
-            : NULL;
+    r = interval ? PyUnicode_FromFormat("<%s %s when=%R interval=%R callback=%R>",
+                                        Py_TYPE(h)->tp_name, names[h->state], when, interval, cb)
+                 : NULL;
     Py_XDECREF(interval);
-  } else if (h->callback)
+  } else if (cb)
     r = PyUnicode_FromFormat("<%s %s when=%R callback=%R>", Py_TYPE(h)->tp_name, names[h->state],
-                             when, h->callback);
+                             when, cb);
   else
     r = PyUnicode_FromFormat("<%s %s when=%R>", Py_TYPE(h)->tp_name, names[h->state], when);
+  Py_XDECREF(cb);
   Py_DECREF(when);
   return r;
 }
@@ -258,8 +260,8 @@ static int handle_equal(HandleObject *x, HandleObject *y) {
   if (x->when_ns != y->when_ns || (x->state == H_CANCELLED) != (y->state == H_CANCELLED))
     return 0;
   /* the comparisons run Python code: hold what they read */
-  PyObject *xc = Py_XNewRef(x->callback), *yc = Py_XNewRef(y->callback);
-  PyObject *xa = Py_XNewRef(x->args), *ya = Py_XNewRef(y->args);
+  PyObject *xc = Py_XNewRef(handle_callback(x)), *yc = Py_XNewRef(handle_callback(y));
+  PyObject *xa = Py_XNewRef(handle_args(x)), *ya = Py_XNewRef(handle_args(y));
   int r = equal_or_null(xc, yc);
   if (r > 0)
     r = equal_or_null(xa, ya);

@@ -202,7 +202,7 @@ core *pw__core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
   core *c = PyMem_RawCalloc(1, sizeof *c);
   if (!c)
     return (core *)PyErr_NoMemory();
-  if (!(c->slabs = pw_slab_set_new(sizeof(HandleObject), trace_page))) {
+  if (!(c->slabs = pw_slab_set_new(sizeof(HandleObject), NREFS, trace_page))) {
     PyMem_RawFree(c);
     return (core *)PyErr_NoMemory();
   }

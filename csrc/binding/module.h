@@ -38,9 +38,9 @@
  * timers add nothing to the collector's generations.  The wheel's traverse
  * reports the callbacks, arguments and contexts of its pending handles, so a
  * cycle through a pending callback back to its wheel is still collected; it
- * finds them by walking the wheel's handle slabs (slab.h) in memory order,
- * which costs a full collection a sequential scan, not a cache miss per
- * pending timer.
+ * finds them in the side words of the wheel's handle slabs (slab.h), one
+ * column per kind of reference and page, which costs a full collection a
+ * sequential scan of 8 bytes a pending timer, not a cache miss per timer.
  *
  * Free-threaded CPython.  The module does not declare Py_mod_gil, so a
  * free-threaded build turns the GIL back on when it is imported.  Before
@@ -97,7 +97,8 @@ typedef struct core core;
 typedef struct {
   PyObject_HEAD
       /* state and overdue sit in the timer's owner bytes, which would be its
-       * padding otherwise: a handle takes 104 bytes, not 112 */
+       * padding otherwise: a handle takes 104 bytes (80 here and its three
+       * side words), not 112 */
       union {
     pw_timer node;
     struct {
@@ -107,15 +108,18 @@ typedef struct {
       bool stock;    /* an event loop's: asyncio.TimerHandle's semantics (see handle_cancel) */
     };
   };
-  PyObject *callback; /* NULL once it can never run again */
-  PyObject *args;     /* tuple, or NULL for no arguments */
-  PyObject *context;  /* NULL: run in a fresh empty context */
-  int64_t when_ns;    /* exact deadline of the next (or last) run */
+  /* Its callback, arguments and context are its slot's side words (see
+   * slab.h and handle_refs below), not fields: the collector's walk reads
+   * them column by column, 8 bytes a pending handle, not 104. */
+  int64_t when_ns; /* exact deadline of the next (or last) run */
   int64_t interval_ns;
   core *core; /* valid while pending */
 } HandleObject;
 
-_Static_assert(sizeof(void *) != 8 || sizeof(HandleObject) == 104,
+/* A handle's references, as side words of its slab slot. */
+enum { REF_CALLBACK, REF_ARGS, REF_CONTEXT, NREFS };
+
+_Static_assert(sizeof(void *) != 8 || sizeof(HandleObject) + NREFS * sizeof(void *) == 104,
                "a handle's size is part of the memory figures in the README");
 
 typedef struct WheelObject {
@@ -332,9 +336,64 @@ static inline int late_bucket(uint64_t ns) {
   return b < LATE_BUCKETS ? b : LATE_BUCKETS - 1;
 }
 
+/*
+ * A handle's callback (NULL once it can never run again), its arguments (a
+ * tuple, or NULL for none) and its context (NULL: a fresh empty one) live in
+ * its slot's side words.  Invariant, which wheel_traverse relies on: while
+ * the wheel is open, a handle that is not pending has all three NULL
+ * whenever Python code can run (so whenever the collector can), because
+ * every change of state away from H_PENDING takes them out with
+ * handle_take_refs before anything else runs.  A closed wheel's traverse
+ * reports none of them (pw__close_core marks before it releases).
+ */
+/* Where reference k of h is: arithmetic on h's address (slab.h), which
+ * reads no page head. */
+static inline PyObject **handle_word(HandleObject *h, unsigned k) {
+  return (PyObject **)pw_slab_word(h, sizeof(HandleObject), NREFS, k);
+}
+static inline PyObject *handle_callback(HandleObject *h) { return *handle_word(h, REF_CALLBACK); }
+static inline PyObject *handle_args(HandleObject *h) { return *handle_word(h, REF_ARGS); }
+static inline PyObject *handle_context(HandleObject *h) { return *handle_word(h, REF_CONTEXT); }
+
+/* Gives a new handle (whose words are NULL) the references, stolen. */
+static inline void handle_set_refs(HandleObject *h, PyObject *cb, PyObject *args, PyObject *ctx) {
+  pw_slab_set_word(h, sizeof(HandleObject), NREFS, REF_CALLBACK, cb);
+  if (args)
+    pw_slab_set_word(h, sizeof(HandleObject), NREFS, REF_ARGS, args);
+  if (ctx)
+    pw_slab_set_word(h, sizeof(HandleObject), NREFS, REF_CONTEXT, ctx);
+}
+
+/* Moves the references out to the caller, leaving the words NULL.  The
+ * argument and context words are read only where their page's count says
+ * one may be set: the count sits in the page head, whose miss nothing waits
+ * for (the branch is predicted), where a read of the word would be a miss
+ * of its own. */
+static inline void handle_take_refs(HandleObject *h, PyObject **cb, PyObject **args,
+                                    PyObject **ctx) {
+  pw_slab_head *pg = pw_slab_head_of(h);
+  PyObject **w = handle_word(h, REF_CALLBACK);
+  size_t stride = pw_slab_per_page(sizeof(HandleObject), NREFS); /* word k: w[k * stride] */
+  *cb = w[0];
+  if (*cb) {
+    w[0] = NULL;
+    pg->nonnull[REF_CALLBACK]--;
+  }
+  *args = NULL;
+  if (pg->nonnull[REF_ARGS] && (*args = w[REF_ARGS * stride])) {
+    w[REF_ARGS * stride] = NULL;
+    pg->nonnull[REF_ARGS]--;
+  }
+  *ctx = NULL;
+  if (pg->nonnull[REF_CONTEXT] && (*ctx = w[REF_CONTEXT * stride])) {
+    w[REF_CONTEXT * stride] = NULL;
+    pg->nonnull[REF_CONTEXT]--;
+  }
+}
+
 static inline void handle_release(HandleObject *h) {
-  PyObject *cb = h->callback, *args = h->args, *ctx = h->context;
-  h->callback = h->args = h->context = NULL;
+  PyObject *cb, *args, *ctx;
+  handle_take_refs(h, &cb, &args, &ctx);
   Py_XDECREF(cb);
   Py_XDECREF(args);
   Py_XDECREF(ctx);

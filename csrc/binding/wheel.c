@@ -71,25 +71,41 @@ struct visit {
   void *arg;
 };
 
-static int visit_slot(void *slot, void *p) {
-  HandleObject *h = slot;
-  if (h->state != H_PENDING)
-    return 0;
+/* One page's column of one kind of reference: `left` of its words are set. */
+static int visit_column(void *const *words, size_t n, size_t left, void *p) {
   visitproc visit = ((struct visit *)p)->visit;
   void *arg = ((struct visit *)p)->arg;
-  Py_VISIT(h->callback);
-  Py_VISIT(h->args);
-  Py_VISIT(h->context);
+  for (size_t i = 0; left && i < n; i++)
+    if (words[i]) {
+      left--;
+      Py_VISIT((PyObject *)words[i]);
+    }
   return 0;
 }
 
-/* Reports what the pending handles hold, as if the wheel held it: handles
+/*
+ * Reports what the pending handles hold, as if the wheel held it: handles
  * are no GC objects.  Every pending handle is the wheel's (linked, in a
- * batch, or the repeating one running now), and every handle of this wheel
- * lives in its slabs, which are walked in memory order: a full collection
- * pays a sequential scan, not a cache miss per pending timer.  The set is
- * the same in every pass of one collection: nothing changes a handle's
- * state without the GIL. */
+ * batch, or the repeating one running now) and lives in the wheel's slabs,
+ * and its callback, arguments and context are side words of its slot
+ * (slab.h), kept in one column of each kind a page.  So the walk reads the
+ * callback column, 8 bytes a slot in address order, and the argument and
+ * context columns only on pages where one is set: a full collection with a
+ * million pending timers reads 8 MB, not 104.  It reads no handle at all,
+ * so it cannot look at a handle's state: it relies on the invariant stated
+ * with handle_take_refs (module.h), that a word is set only while its
+ * handle is pending, whenever the collector can run; closed, the wheel
+ * reports nothing, as before.  The set is the same in every pass of one
+ * collection: nothing changes a word without the GIL.
+ *
+ * Every set word is visited, whether or not its object is tracked by the
+ * collector (an args tuple of numbers, a builtin type as the callback, immortal on 3.12+):
+ * skipping them would save nothing in the common case (a shared callback,
+ * no arguments, no context: one visit a handle either way), would hide them
+ * from gc.get_referents(), and what a visit does with an untracked object
+ * is the collector's business, which changed between 3.11 and 3.14
+ * (incremental marking), not ours to predict.
+ */
 static int wheel_traverse(WheelObject *self, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(self));
   Py_VISIT(self->handler);
@@ -100,7 +116,12 @@ static int wheel_traverse(WheelObject *self, visitproc visit, void *arg) {
   if (c->closed || !c->slabs)
     return 0;
   struct visit v = {visit, arg};
-  return pw_slab_foreach(c->slabs, visit_slot, &v);
+  for (unsigned k = 0; k < NREFS; k++) {
+    int r = pw_slab_foreach_side(c->slabs, k, visit_column, &v);
+    if (r)
+      return r;
+  }
+  return 0;
 }
 
 /*
@@ -268,9 +289,7 @@ PyObject *pw__schedule(WheelObject *self, int64_t when_ns, bool overdue, int64_t
     return NULL;
   }
   pw_timer_init(&h->node);
-  h->callback = Py_NewRef(args[1]);
-  h->args = tuple;
-  h->context = context;
+  handle_set_refs(h, Py_NewRef(args[1]), tuple, context);
   h->when_ns = when_ns;
   h->interval_ns = interval_ns;
   h->core = c;

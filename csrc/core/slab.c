@@ -25,6 +25,7 @@
 #define WORDS (PW_SLAB_PAGE / MIN_SLOT / 64)
 
 struct pw_slab_page {
+  pw_slab_head h;              /* first: a page's address is its head's */
   pw_slab_page *next, *prev;   /* in set->pages */
   pw_slab_page *pnext, *pprev; /* in set->partial, while in_partial */
   pw_slab_set *set;
@@ -34,14 +35,19 @@ struct pw_slab_page {
   uint64_t used[WORDS]; /* allocated slots */
 };
 
-#define HEAD_SIZE ((sizeof(pw_slab_page) + 15) & ~(size_t)15)
+_Static_assert(sizeof(pw_slab_page) <= PW_SLAB_HEAD, "a page's head outgrew its room");
+
+/* The layout: see pw_slab_first in slab.h. */
+static inline void **col(pw_slab_page *pg, size_t k) {
+  return (void **)((char *)pg + PW_SLAB_HEAD) + k * pg->set->per_page;
+}
 
 static inline char *slot_at(pw_slab_page *pg, size_t i) {
-  return (char *)pg + HEAD_SIZE + i * pg->set->slot_size;
+  return (char *)pg + pg->set->first + i * pg->set->slot_size;
 }
 
 static inline size_t index_of(pw_slab_page *pg, void *p) {
-  return (size_t)((char *)p - (char *)pg - HEAD_SIZE) / pg->set->slot_size;
+  return (size_t)((char *)p - (char *)pg - pg->set->first) / pg->set->slot_size;
 }
 
 static inline pw_slab_page *page_of(void *p) {
@@ -71,6 +77,8 @@ static pw_slab_page *page_new(pw_slab_set *s) {
   pw_slab_page *pg = aligned_alloc(PW_SLAB_PAGE, PW_SLAB_PAGE);
   if (!pg)
     return NULL;
+  for (unsigned k = 0; k < PW_SLAB_SIDE_MAX; k++)
+    pg->h.nonnull[k] = 0;
   pg->set = s;
   pg->free = NULL;
   pg->live = pg->fresh = 0;
@@ -105,14 +113,18 @@ static void page_free(pw_slab_set *s, pw_slab_page *pg) {
   free(pg);
 }
 
-pw_slab_set *pw_slab_set_new(size_t slot_size, void (*on_page)(void *, size_t, bool)) {
-  if (slot_size < MIN_SLOT || slot_size % 8 || slot_size > PW_SLAB_PAGE / 4)
+pw_slab_set *pw_slab_set_new(size_t slot_size, unsigned side_words,
+                             void (*on_page)(void *, size_t, bool)) {
+  if (slot_size < MIN_SLOT || slot_size % 8 || slot_size > PW_SLAB_PAGE / 4 ||
+      side_words > PW_SLAB_SIDE_MAX)
     return NULL;
   pw_slab_set *s = malloc(sizeof *s);
   if (!s)
     return NULL;
   s->slot_size = slot_size;
-  s->per_page = (PW_SLAB_PAGE - HEAD_SIZE) / slot_size;
+  s->side_words = side_words;
+  s->per_page = pw_slab_per_page(slot_size, side_words);
+  s->first = pw_slab_first(slot_size, side_words);
   s->pages = s->partial = NULL;
   s->refs = 1;
   s->npages = 0;
@@ -136,15 +148,19 @@ void *pw_slab_alloc(pw_slab_set *s) {
   if (!pg && !(pg = page_new(s)))
     return NULL;
   char *slot;
+  size_t i;
   if (pg->free) {
     slot = pg->free;
     UNPOISON(slot, s->slot_size);
     pg->free = *(void **)slot;
+    i = index_of(pg, slot); /* its side words are NULL since its free */
   } else {
-    slot = slot_at(pg, pg->fresh++);
+    i = pg->fresh++;
+    slot = slot_at(pg, i);
     UNPOISON(slot, s->slot_size);
+    for (unsigned k = 0; k < s->side_words; k++)
+      col(pg, k)[i] = NULL; /* never written */
   }
-  size_t i = index_of(pg, slot);
   pg->used[i / 64] |= (uint64_t)1 << (i % 64);
   pg->live++;
   if (!pg->free && pg->fresh == s->per_page)
@@ -158,6 +174,16 @@ void pw_slab_free(void *slot) {
   pw_slab_set *s = pg->set;
   size_t i = index_of(pg, slot);
   pg->used[i / 64] &= ~((uint64_t)1 << (i % 64));
+  /* A free slot's words are NULL: the column walk reads them.  A column
+   * whose count is 0 is all NULL already, and is not touched (a cache miss
+   * each, on a free at a random place). */
+  for (unsigned k = 0; k < s->side_words; k++) {
+    if (!pg->h.nonnull[k])
+      continue;
+    void **w = &col(pg, k)[i];
+    pg->h.nonnull[k] -= *w != NULL;
+    *w = NULL;
+  }
   *(void **)slot = pg->free;
   pg->free = slot;
   POISON(slot, s->slot_size);
@@ -183,6 +209,21 @@ int pw_slab_foreach(pw_slab_set *s, int (*fn)(void *slot, void *arg), void *arg)
           return r;
       }
     }
+  }
+  return 0;
+}
+
+int pw_slab_foreach_side(pw_slab_set *s, unsigned k,
+                         int (*fn)(void *const *words, size_t n, size_t nonnull, void *arg),
+                         void *arg) {
+  if (k >= s->side_words)
+    return 0;
+  for (pw_slab_page *pg = s->pages; pg; pg = pg->next) {
+    if (!pg->h.nonnull[k])
+      continue;
+    int r = fn(col(pg, k), pg->fresh, pg->h.nonnull[k], arg);
+    if (r)
+      return r;
   }
   return 0;
 }

@@ -2,7 +2,9 @@
  * test_slab.c -- the handle slabs against a model: random allocs and frees,
  * the walk sees exactly the live slots in address order within a page, no
  * two live slots overlap, pages are given back, and a set released by its
- * owner lives on until its last slot is freed.  Built plain, under ASan and
+ * owner lives on until its last slot is freed.  Side words: a new slot's are
+ * NULL, each slot's are its own (every index of a page), and the column walk
+ * reports every non-NULL word, with the right count, and no other.  Built plain, under ASan and
  * under valgrind (make test-c, sanitize, valgrind).
  *
  *   ./test_slab [seed] [steps]
@@ -13,7 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLOT 104
+#define SLOT 80
+#define SIDE 3
 #define MAXLIVE 20000
 
 #define CHECK(cond, ...)                                                                           \
@@ -63,16 +66,102 @@ static int visit(void *slot, void *arg) {
   return 0;
 }
 
+/* What slot p's side word k holds in the model: column 0 always set,
+ * column 1 for some slots, column 2 never (a column that is all NULL). */
+static void *side_of(void *p, unsigned k) {
+  uintptr_t a = (uintptr_t)p;
+  if (k == 2 || (k == 1 && (a / SLOT) % 7))
+    return NULL;
+  return (void *)(a | (k + 1)); /* odd: no slot's address */
+}
+
 static void fill(void *slot) {
+  for (unsigned k = 0; k < SIDE; k++)
+    CHECK(*pw_slab_word(slot, SLOT, SIDE, k) == NULL, "a new slot's side word %u is not NULL", k);
   memset(slot, 0xab, SLOT); /* the whole slot is ours */
   uint64_t tag = (uint64_t)(uintptr_t)slot;
   memcpy((char *)slot + 8, &tag, sizeof tag);
+  for (unsigned k = 0; k < SIDE; k++) {
+    pw_slab_set_word(slot, SLOT, SIDE, k, (void *)1); /* counted, then replaced */
+    pw_slab_set_word(slot, SLOT, SIDE, k, side_of(slot, k));
+  }
+}
+
+struct cols {
+  size_t seen, nonnull;
+  unsigned k;
+};
+
+static int visit_col(void *const *words, size_t n, size_t nonnull, void *arg) {
+  struct cols *c = arg;
+  size_t here = 0;
+  for (size_t i = 0; i < n; i++) {
+    void *v = words[i];
+    if (!v)
+      continue;
+    void *slot = (void *)((uintptr_t)v & ~(uintptr_t)7);
+    CHECK(v == side_of(slot, c->k), "column %u holds %p, not a live slot's word", c->k, v);
+    CHECK(*pw_slab_word(slot, SLOT, SIDE, c->k) == v, "column %u: word %p is not its slot's", c->k,
+          v);
+    here++;
+  }
+  CHECK(here == nonnull, "column %u: %zu non-NULL words on a page said to have %zu", c->k, here,
+        nonnull);
+  c->seen += here;
+  return 0;
 }
 
 static void walk_check(pw_slab_set *s) {
   struct walk w = {0, NULL};
   CHECK(pw_slab_foreach(s, visit, &w) == 0, "walk stopped");
   CHECK(w.n == nlive, "walk saw %zu slots, %zu live", w.n, nlive);
+  for (unsigned k = 0; k < SIDE; k++) {
+    size_t want = 0;
+    for (size_t i = 0; i < nlive; i++)
+      want += side_of(live[i], k) != NULL;
+    struct cols c = {0, 0, k};
+    CHECK(pw_slab_foreach_side(s, k, visit_col, &c) == 0, "column walk stopped");
+    CHECK(c.seen == want, "column %u: walk saw %zu words, %zu set", k, c.seen, want);
+  }
+  struct cols c = {0, 0, SIDE};
+  CHECK(pw_slab_foreach_side(s, SIDE, visit_col, &c) == 0 && c.seen == 0, "a column past the last");
+}
+
+/* Every index of a page: each slot's side words are its own. */
+static void index_check(void) {
+  for (size_t size = 64; size <= PW_SLAB_PAGE / 4; size += 8) {
+    pw_slab_set *s = pw_slab_set_new(size, 2, NULL);
+    CHECK(s, "set_new(%zu)", size);
+    size_t n = s->per_page;
+    void **v = malloc(n * sizeof *v);
+    CHECK(v, "malloc");
+    for (size_t i = 0; i < n; i++) {
+      v[i] = pw_slab_alloc(s);
+      CHECK(v[i] && (i == 0 || pw_slab_head_of(v[i]) == pw_slab_head_of(v[0])), "one page");
+      pw_slab_set_word(v[i], size, 2, 0, (char *)v[i] + 1);
+      pw_slab_set_word(v[i], size, 2, 1, (char *)v[i] + 3);
+    }
+    pw_slab_head *h = pw_slab_head_of(v[0]);
+    char *page = (char *)h, *first = page + pw_slab_first(size, 2);
+    CHECK(n == pw_slab_per_page(size, 2), "per_page (size %zu)", size);
+    CHECK((char *)v[0] == first, "slot 0 not at its place (size %zu)", size);
+    CHECK((char *)pw_slab_word(v[n - 1], size, 2, 1) < first, "columns overlap the slots (%zu)",
+          size);
+    CHECK((char *)pw_slab_word(v[0], size, 2, 0) >= page + PW_SLAB_HEAD, "columns in the head");
+    CHECK(first + n * size <= page + PW_SLAB_PAGE, "slots past the page (size %zu)", size);
+    CHECK(h->nonnull[0] == n && h->nonnull[1] == n, "counts (size %zu)", size);
+    for (size_t i = 0; i < n; i++) {
+      CHECK(*pw_slab_word(v[i], size, 2, 0) == (char *)v[i] + 1 &&
+                *pw_slab_word(v[i], size, 2, 1) == (char *)v[i] + 3,
+            "slot %zu of size %zu has another's side words", i, size);
+      CHECK(pw_slab_word(v[i], size, 2, 0) == (void **)(page + PW_SLAB_HEAD) + i &&
+                pw_slab_word(v[i], size, 2, 1) == (void **)(page + PW_SLAB_HEAD) + n + i,
+            "slot %zu of size %zu: its words are not at row %zu", i, size, i);
+      pw_slab_free(v[i]);
+    }
+    free(v);
+    pw_slab_release(s);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -80,8 +169,11 @@ int main(int argc, char **argv) {
   long steps = argc > 2 ? atol(argv[2]) : 400000;
   if (!rng)
     rng = 1;
-  CHECK(!pw_slab_set_new(100, NULL) && !pw_slab_set_new(8, NULL), "bad slot sizes accepted");
-  pw_slab_set *s = pw_slab_set_new(SLOT, on_page);
+  CHECK(!pw_slab_set_new(100, 0, NULL) && !pw_slab_set_new(8, 0, NULL) &&
+            !pw_slab_set_new(64, PW_SLAB_SIDE_MAX + 1, NULL),
+        "bad slot sizes accepted");
+  index_check();
+  pw_slab_set *s = pw_slab_set_new(SLOT, SIDE, on_page);
   CHECK(s, "set_new");
   for (long k = 0; k < steps; k++) {
     /* drift between nearly empty and nearly full, so pages come and go */
@@ -114,7 +206,7 @@ int main(int argc, char **argv) {
   }
   CHECK(pages_now == 0, "%ld pages left after the last free", pages_now);
   /* released empty: freed at once */
-  s = pw_slab_set_new(SLOT, on_page);
+  s = pw_slab_set_new(SLOT, SIDE, on_page);
   void *p = pw_slab_alloc(s);
   pw_slab_free(p);
   pw_slab_release(s);

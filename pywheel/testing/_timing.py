@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["Timing", "timings"]
 
 #: The three kinds of decision, in the order ``repr()`` names them.
-KINDS = ("wake", "step", "external")
+KINDS = ("wake", "step", "timer", "external")
 
 _DEFAULT_TASK_NAME = re.compile(r"Task-\d+")
 _ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
@@ -85,6 +85,19 @@ def callback_site(callback) -> str:
     if isinstance(name, str) and name:
         return f"{name}()"
     return _type_name(callback)  # a callable object: its class, never its address
+
+
+def timer_site(callback, owner) -> str:
+    """A timer's callback: asyncio's own (a sleep's or a timeout's) names the
+    task that scheduled it, where there is one; any other names itself."""
+    func = getattr(callback, "func", callback)  # functools.partial
+    func = getattr(func, "__func__", func)  # a bound method
+    code = getattr(func, "__code__", None)
+    if isinstance(owner, _tasks.Task) and code is not None:
+        fn = code.co_filename
+        if fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL):
+            return task_site(owner)
+    return callback_site(callback)
 
 
 def _type_name(obj) -> str:
@@ -202,6 +215,9 @@ class Timing:
                 parts.append(f"woke {_fmt(secs)} late for {what} {at} ({site})")
             elif kind == "step":
                 what = "step" if n == 1 else f"{n} steps"
+                parts.append(f"{what} of {site} at {at} took {_fmt(secs)}{each}")
+            elif kind == "timer":
+                what = "a timer" if n == 1 else f"{n} timers"
                 parts.append(f"{what} of {site} at {at} took {_fmt(secs)}{each}")
             else:
                 what = "" if n == 1 else f" ({n} events)"
@@ -331,11 +347,26 @@ class Timing:
 MAX_DRAWS = 2000
 
 
+#: The bounds ``timings()`` uses when it is given none (seconds); see its
+#: docstring for how they were chosen.
+DEFAULT_MAX_LATE = 0.005
+DEFAULT_MAX_COST = 0.002
+DEFAULT_MAX_JITTER = 0.01
+
+
+class _Default(float):
+    """A bound left out of ``timings()``: reads as its default value, and
+    tells ``timings()`` it was not given (``None`` is a bad bound there)."""
+
+    def __repr__(self) -> str:
+        return f"<default {float(self)!r}>"
+
+
 def timings(
     *,
-    max_late: float = 0.0,
-    max_cost: float = 0.0,
-    max_jitter: float = 0.0,
+    max_late: float = _Default(DEFAULT_MAX_LATE),
+    max_cost: float = _Default(DEFAULT_MAX_COST),
+    max_jitter: float = _Default(DEFAULT_MAX_JITTER),
     max_draws: int = MAX_DRAWS,
 ):
     """A hypothesis strategy of ``Timing`` objects (needs hypothesis).
@@ -343,41 +374,60 @@ def timings(
     - ``max_late``: each time the loop sleeps toward its next timer it wakes
       0..max_late seconds after that deadline (never early); the timers due by
       then run in deadline order, after what was already ready.
-    - ``max_cost``: each ready callback (each task step) takes 0..max_cost
-      seconds of virtual time.
+    - ``max_cost``: each callback (a task step, a timer's callback) takes
+      0..max_cost seconds of virtual time; a timer that falls due meanwhile
+      runs in the next iteration, after the callbacks made ready by then.
     - ``max_jitter``: each ``call_external()``/``latency()`` event arrives
       0..max_jitter seconds late, independently.
 
-    At least one bound must be non-zero (``ValueError`` otherwise: a Timing
-    with none perturbs nothing).  Each decision is drawn lazily, while the
-    run goes, as a whole number of the loop's ticks, so failures shrink
-    toward the punctual run.  Only the
-    first ``max_draws`` decisions of a run are drawn (hypothesis caps the
-    data of one example); the rest are punctual."""
+    With no bound given, all three take their defaults: ``max_late=0.005``,
+    ``max_cost=0.002``, ``max_jitter=0.01``: the smallest of the bounds tried on the real-bug corpus
+    (``examples/real_bugs``) that found the most of its bugs, with no false
+    alarm on their fixed versions -- a few milliseconds, the hiccups of a
+    loaded machine, for programs whose timeouts and periods are tens of
+    milliseconds and more.  Given any bound, the others are 0 (a test that
+    names one kind of perturbation gets only that kind).  At least one bound
+    must be non-zero (``ValueError`` otherwise: a Timing with none perturbs
+    nothing).
+
+    Each decision is drawn lazily, while the run goes, as a whole number of
+    the loop's ticks; the simplest choice of each is "no perturbation", so a
+    failure shrinks toward the few decisions that cause it.  Per run, a rate
+    is drawn first (about one decision in 50, 10 or 3 perturbed, or nearly
+    all), then each perturbed decision is the bound or a uniform number of
+    ticks up to it.  Only the first ``max_draws`` decisions of a run are
+    drawn (hypothesis caps the data of one example); the rest are
+    punctual."""
+    bounds = (max_late, max_cost, max_jitter)
+    if not all(isinstance(b, _Default) for b in bounds):  # given any: the rest are 0
+        max_late, max_cost, max_jitter = (0.0 if isinstance(b, _Default) else b for b in bounds)
     max_late = _check_max("max_late", max_late)
     max_cost = _check_max("max_cost", max_cost)
     max_jitter = _check_max("max_jitter", max_jitter)
     if not (max_late or max_cost or max_jitter):
         # Every Timing it made would be punctual: a fuzz test that finds
-        # nothing because it tries nothing.  No default fits every program
-        # (1 ms is a lot for one, nothing for another), so ask.
+        # nothing because it tries nothing.
         raise ValueError(
             "timings() needs at least one non-zero bound, in seconds: max_late= (the "
             "loop wakes late), max_cost= (callbacks take time) or max_jitter= (the "
             "outside world answers late); with all three 0 every Timing is punctual "
-            "(use Timing() for a punctual run)"
+            "(use Timing() for a punctual run; timings() with no bound at all uses "
+            f"the defaults max_late={DEFAULT_MAX_LATE}, max_cost={DEFAULT_MAX_COST}, "
+            f"max_jitter={DEFAULT_MAX_JITTER})"
         )
     from hypothesis import strategies as st
 
-    ints: dict[int, Any] = {}
+    rates = st.integers(0, len(_RATES) - 1)
+    choices = st.integers(0, _SPAN - 1)
 
     @st.composite
     def _timing(draw) -> Timing:
+        rate: list[int] = []  # drawn at the first decision
+
         def draw_ticks(n: int) -> int:
-            s = ints.get(n)
-            if s is None:
-                s = ints[n] = st.integers(0, n)
-            return draw(s)
+            if not rate:
+                rate.append(_RATES[draw(rates)])
+            return _ticks(draw(choices), rate[0], n)
 
         t = Timing(
             max_late=max_late,
@@ -390,6 +440,43 @@ def timings(
         return t
 
     return _timing()
+
+
+# How a Timing from timings() draws, and why: how the choices shrink is what
+# makes a found failure end on the few decisions that cause it.  Each
+# decision is ONE integer choice in 0.._SPAN-1, and its simplest value, 0,
+# is "no perturbation here"; the value maps to ticks monotonically (a
+# smaller choice never perturbs more), so hypothesis shrinking a choice
+# toward 0 first drops the perturbation, then makes it smaller.  One
+# choice per decision, whatever it decides, keeps the choices of the later
+# decisions where they were when the shrinker zeroes one (a "perturb?" gate
+# followed by an amount only when it says yes would shift every later
+# choice, and shrinking would scramble the run instead of thinning it).
+# Per run, first, a rate: the share of the choices' range that perturbs
+# (about one decision in 50, 10, 3, or nearly all), shrinking toward the
+# sparsest, which drops the unneeded perturbations of a dense run at once.
+# A perturbation is the bound or a uniform number of ticks up to it, half
+# and half -- rare large hiccups or a steady drag, as the pytest plugin's
+# --timing-fuzz draws them (see _session).  A uniform 0..max per decision
+# (the first design) perturbed nearly every decision, and shrinking spent
+# its time on the unrelated ones.
+_SPAN = 1000
+#: Choices per _SPAN that perturb, per rate (the first is the sparsest).
+_RATES = (20, 100, 300, 980)
+
+
+def _ticks(choice: int, rate: int, n: int) -> int:
+    """A decision of 0..n ticks from one choice in 0.._SPAN-1: 0 below
+    ``_SPAN - rate``; above, 1..n rising through the lower half of what is
+    left, then n."""
+    quiet = _SPAN - rate
+    if choice < quiet:
+        return 0
+    half = (rate + 1) // 2
+    above = choice - quiet
+    if above >= half:
+        return n
+    return 1 + above * n // half
 
 
 def _caller_site(depth: int) -> str:

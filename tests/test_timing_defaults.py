@@ -47,7 +47,9 @@ def test_the_defaults_perturb():
     kinds = set()
 
     async def main():
+        loop = asyncio.get_running_loop()
         for _ in range(100):
+            loop.call_later(0.005, lambda: None)
             await vt.latency(0.01)
             await asyncio.sleep(0.01)
 

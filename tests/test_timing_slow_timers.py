@@ -1,6 +1,7 @@
-"""pywheel.testing: under a Timing with max_cost, a timer's callback takes
-virtual time as a ready callback does, so a timer that falls due while a
-batch of timers runs waits for the next iteration, after the task steps
+"""pywheel.testing: under a Timing with max_cost, the program's timer
+callbacks take virtual time as ready callbacks do (asyncio's own, a sleep's
+wake-up, do not: the step they wake does), so a timer that falls due while
+a batch of timers runs waits for the next iteration, after the task steps
 that batch woke -- the order of a punctual real loop whose callbacks take
 time.  The wrapper that charges it leaves the handle's surface alone."""
 
@@ -20,17 +21,23 @@ def every_decision(ticks):
 
 
 def test_timer_due_during_a_batch_runs_after_the_step_the_batch_woke():
-    """T's sleep timer runs at t0+1.0 and takes 2 ms; B (t0+1.001) falls due
-    meanwhile.  A real loop set B aside only at the next iteration, after
-    T's step was ready: T runs first, and sees a clock past B's deadline."""
+    """A's callback (the program's: it hands T a result) runs at t0+1.0 and
+    takes 2 ms; B (t0+1.001) falls due meanwhile.  A real loop sets B aside
+    only at the next iteration, after T's step was made ready: T runs
+    first, and sees a clock past B's deadline."""
     seen = []
 
     async def main():
         loop = asyncio.get_running_loop()
 
+        def a(fut):
+            fut.set_result("answer")
+
         async def t():
+            fut = loop.create_future()
+            loop.call_later(1.0, a, fut)
             b = loop.call_later(1.001, lambda: seen.append(("B", loop.time())))
-            await asyncio.sleep(1.0)
+            await fut
             seen.append(("T", loop.time(), b.when()))
 
         await asyncio.create_task(t())
@@ -42,8 +49,10 @@ def test_timer_due_during_a_batch_runs_after_the_step_the_batch_woke():
     (_, t_time, b_when), (_, b_time) = seen
     assert t_time >= b_when  # B was due when T's step ran, and waited for it
     assert b_time >= b_when  # never early
-    kinds = {kind for kind, *_ in timing.decisions}
-    assert "timer" in kinds
+    timers = [d for d in timing.decisions if d[0] == "timer"]
+    assert [site for *_, site in timers][:1] == [
+        "test_timer_due_during_a_batch_runs_after_the_step_the_batch_woke.<locals>.main.<locals>.a()"
+    ]
 
 
 def test_late_wake_up_still_runs_both_timers_in_one_batch_first():
@@ -55,8 +64,10 @@ def test_late_wake_up_still_runs_both_timers_in_one_batch_first():
         loop = asyncio.get_running_loop()
 
         async def t():
+            fut = loop.create_future()
+            loop.call_later(1.0, fut.set_result, None)
             loop.call_later(1.001, lambda: seen.append("B"))
-            await asyncio.sleep(1.0)
+            await fut
             seen.append("T")
 
         await asyncio.create_task(t())
@@ -66,27 +77,30 @@ def test_late_wake_up_still_runs_both_timers_in_one_batch_first():
     assert seen == ["B", "T"]
 
 
-def test_timer_costs_are_named_by_the_task_that_scheduled_them_and_replay():
+def test_asyncio_own_timers_cost_nothing_the_step_they_wake_does():
+    """A sleep's wake-up and asyncio.timeout's expiry only resolve a future
+    or cancel a task: no decision for them; the step they wake is charged."""
+
     async def sleeper():
         await asyncio.sleep(0.5)
+        async with asyncio.timeout(0.1):
+            await asyncio.sleep(1.0)
 
     async def main():
-        await asyncio.create_task(sleeper(), name="napper")
+        with pytest.raises(TimeoutError):
+            await asyncio.create_task(sleeper(), name="napper")
 
     timing = vt.Timing(max_cost=0.003, draw=every_decision(3))
     vt.run(main(), timing=timing)
-    line = sleeper.__code__.co_firstlineno + 1
-    site = f"task 'napper' in sleeper() at {HERE}:{line}"
-    # main's step and napper's first step took 3 ms each before the sleep.
-    timers = [d for d in timing.decisions if d[0] == "timer"]
-    assert timers == [("timer", 0.503, 0.003, site)]
-    assert f"a timer of {site} at t=0.503 took 0.003" in repr(timing)
-    first = timing.decisions
-    vt.run(main(), timing=timing)  # replays exactly
-    assert timing.decisions == first
+    assert timing.decisions
+    assert [d for d in timing.decisions if d[0] == "timer"] == [], repr(timing)
+    line = sleeper.__code__.co_firstlineno + 1  # the step the sleep woke, at t=0.503
+    assert f"step of task 'napper' in sleeper() at {HERE}:{line} at t=0.503" in repr(timing), [
+        d for d in timing.decisions if "napper" in d[3]
+    ]
 
 
-def test_a_plain_timer_callback_is_named_by_its_callback():
+def test_timer_costs_name_the_callback_and_replay():
     def ping():
         pass
 
@@ -94,19 +108,17 @@ def test_a_plain_timer_callback_is_named_by_its_callback():
         loop = asyncio.get_running_loop()
         loop.call_later(0.1, ping)
         loop.call_later(0.2, functools.partial(ping))
-        async with asyncio.timeout(0.3):
-            await asyncio.sleep(1.0)
+        await asyncio.sleep(0.3)
 
     timing = vt.Timing(max_cost=0.001, draw=every_decision(1))
-    with pytest.raises(TimeoutError):
-        vt.run(main(), timing=timing)
-    line = main.__code__.co_firstlineno + 5  # where main waits
-    sites = [(t, site) for kind, t, _s, site in timing.decisions if kind == "timer"]
-    assert sites == [
-        (0.1, "test_a_plain_timer_callback_is_named_by_its_callback.<locals>.ping()"),
-        (0.2, "test_a_plain_timer_callback_is_named_by_its_callback.<locals>.ping()"),
-        (0.3, f"task in main() at {HERE}:{line}"),  # asyncio's timeout: the task
-    ]
+    vt.run(main(), timing=timing)
+    name = "test_timer_costs_name_the_callback_and_replay.<locals>.ping()"
+    sites = [(t, secs, site) for kind, t, secs, site in timing.decisions if kind == "timer"]
+    assert sites == [(0.1, 0.001, name), (0.2, 0.001, name)]
+    assert f"2 timers of {name} at t=0.1..0.2 took 0.001 each" in repr(timing)
+    first = timing.decisions
+    vt.run(main(), timing=timing)  # replays exactly
+    assert timing.decisions == first
 
 
 # ---- the charged handle looks like the plain one ----------------------------

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
 from . import _clocks, _peers
-from ._timing import Timing, callback_site, task_site, timer_site
+from ._timing import Timing, callback_site, internal_callback, task_site, timer_site
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
     "DeadlockError",
@@ -166,7 +166,8 @@ class _ChargedHandle(_events.Handle):
 
 
 class _ChargedTimer:
-    """A timer's callback that takes virtual time (a Timing's ``max_cost``).
+    """A timer's callback that takes virtual time (a Timing's ``max_cost``);
+    the program's own callbacks only, not asyncio's (see _timing_call_at).
 
     A timer that falls due while the callbacks of an iteration run (the
     clock moved past its deadline by what they cost) was not among the
@@ -489,7 +490,13 @@ class VirtualEventLoop(WheelEventLoop):
         (max_late)."""
         owner = _tasks.current_task(self) if self.is_running() else None
         run = callback
-        if self._max_cost and callable(callback):  # the wheel refuses the others
+        # asyncio's own timer callbacks (a sleep's wake-up, a timeout) are
+        # not charged: they resolve a future, and the program's work, and
+        # its cost, is in the step they wake.  Charging them too was
+        # tried: every sleep then carried two decisions instead of one, and
+        # the corpus bugs were found less often and shrank to more.
+        if self._max_cost and callable(callback) and not internal_callback(callback):
+            # (the wheel refuses what is not callable)
             if self._debug:
                 self._check_callback(callback, "call_at")  # before it is hidden
             run = _ChargedTimer(self, callback, owner)

@@ -87,16 +87,24 @@ def callback_site(callback) -> str:
     return _type_name(callback)  # a callable object: its class, never its address
 
 
-def timer_site(callback, owner) -> str:
-    """A timer's callback: asyncio's own (a sleep's or a timeout's) names the
-    task that scheduled it, where there is one; any other names itself."""
+def internal_callback(callback) -> bool:
+    """A callback written in Python inside asyncio or pywheel (a sleep's
+    wake-up, asyncio.timeout's expiry): it only resolves a future or
+    cancels a task, and the program's work is in the step it wakes."""
     func = getattr(callback, "func", callback)  # functools.partial
     func = getattr(func, "__func__", func)  # a bound method
     code = getattr(func, "__code__", None)
-    if isinstance(owner, _tasks.Task) and code is not None:
-        fn = code.co_filename
-        if fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL):
-            return task_site(owner)
+    if code is None:
+        return False
+    fn = code.co_filename
+    return fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)
+
+
+def timer_site(callback, owner) -> str:
+    """A timer's callback: asyncio's own (a sleep's or a timeout's) names the
+    task that scheduled it, where there is one; any other names itself."""
+    if isinstance(owner, _tasks.Task) and internal_callback(callback):
+        return task_site(owner)
     return callback_site(callback)
 
 
@@ -135,6 +143,7 @@ class Timing:
         "_dead",
         "_draws",
         "max_draws",
+        "_script",
         "__weakref__",
     )
 
@@ -170,6 +179,8 @@ class Timing:
         self._state = "new"  # -> "recording" -> "recorded" (then replays)
         self._owner: weakref.ref | None = None
         self._dead = False
+        # minimize(): the decisions to make, by (kind, index), instead of drawing.
+        self._script: dict[tuple[str, int], float] | None = None
 
     # ---- what the user sees -------------------------------------------------
 
@@ -227,6 +238,51 @@ class Timing:
             parts.append("recording ended early: its draw raised")
         sep = "; " if len(parts) < 3 else ";\n  "
         return head + (": " if len(parts) < 3 else ":\n  ") + sep.join(parts) + ")"
+
+    def minimize(self, fails: Callable[[Timing], bool], *, rounds: int = 3) -> Timing:
+        """A Timing that keeps only the recorded decisions a failure needs.
+
+        ``fails(timing)`` runs the program under ``timing`` and returns True
+        if it failed.  Starting from this Timing's recorded run, it zeroes
+        the non-zero decisions one at a time, latest first, keeping each
+        removal after which ``fails`` still returns True; the pass repeats
+        (at most ``rounds`` times) until it removes nothing.  One run per
+        decision and pass: a shrunk failure whose unrelated decisions
+        hypothesis had no time to zero ends on the ones that matter.
+        Returns the last Timing that failed (which replays, like any used
+        Timing), or one replaying this Timing's decisions if none did."""
+        if self._state in ("new", "recording"):
+            raise RuntimeError("minimize() needs a Timing whose run was recorded")
+        # The recorded decisions in the order they were made: the j-th note
+        # of a kind is the j-th entry of that kind's record.
+        seen = dict.fromkeys(KINDS, 0)
+        order = []
+        for kind, *_ in self._notes:
+            index, secs = self._record[kind][seen[kind]]
+            seen[kind] += 1
+            order.append(((kind, index), secs))
+        keep = dict(order)
+        best = self._scripted(keep)
+        if not fails(best):
+            return self._scripted(keep)  # does not replay here: leave it whole
+        for _ in range(rounds):
+            removed = False
+            for key, _secs in reversed(order):
+                if key not in keep:
+                    continue
+                trial = dict(keep)
+                del trial[key]
+                t = self._scripted(trial)
+                if fails(t):
+                    keep, best, removed = trial, t, True
+            if not removed:
+                break
+        return best
+
+    def _scripted(self, script: dict[tuple[str, int], float]) -> Timing:
+        t = Timing(max_late=self.max_late, max_cost=self.max_cost, max_jitter=self.max_jitter)
+        t._script = dict(script)
+        return t
 
     # ---- what the loop calls --------------------------------------------------
     #
@@ -307,7 +363,9 @@ class Timing:
         if self._dead:
             return 0.0
         draw = self._draw
-        if draw is None or (self.max_draws is not None and self._draws >= self.max_draws):
+        if self._script is not None:
+            ticks = round(self._script.get((kind, self._pos[kind]), 0.0) / tick)
+        elif draw is None or (self.max_draws is not None and self._draws >= self.max_draws):
             ticks = 0
         else:
             self._draws += 1
@@ -391,13 +449,10 @@ def timings(
     nothing).
 
     Each decision is drawn lazily, while the run goes, as a whole number of
-    the loop's ticks; the simplest choice of each is "no perturbation", so a
-    failure shrinks toward the few decisions that cause it.  Per run, a rate
-    is drawn first (about one decision in 50, 10 or 3 perturbed, or nearly
-    all), then each perturbed decision is the bound or a uniform number of
-    ticks up to it.  Only the first ``max_draws`` decisions of a run are
-    drawn (hypothesis caps the data of one example); the rest are
-    punctual."""
+    the loop's ticks (uniform up to the bound); the simplest choice of each
+    is "no perturbation", so failures shrink toward the punctual run.  Only
+    the first ``max_draws`` decisions of a run are drawn (hypothesis caps
+    the data of one example); the rest are punctual."""
     bounds = (max_late, max_cost, max_jitter)
     if not all(isinstance(b, _Default) for b in bounds):  # given any: the rest are 0
         max_late, max_cost, max_jitter = (0.0 if isinstance(b, _Default) else b for b in bounds)
@@ -417,17 +472,21 @@ def timings(
         )
     from hypothesis import strategies as st
 
-    rates = st.integers(0, len(_RATES) - 1)
-    choices = st.integers(0, _SPAN - 1)
+    ints: dict[int, Any] = {}
 
     @st.composite
     def _timing(draw) -> Timing:
-        rate: list[int] = []  # drawn at the first decision
-
         def draw_ticks(n: int) -> int:
-            if not rate:
-                rate.append(_RATES[draw(rates)])
-            return _ticks(draw(choices), rate[0], n)
+            # One choice per decision, 0 (its simplest value) meaning "no
+            # perturbation here", so shrinking drops perturbations one by
+            # one without moving the choices of the decisions after it.
+            # Uniform over 0..n: sparser draws (a per-run rate of perturbed
+            # decisions, as --timing-fuzz makes) were tried, and found the
+            # corpus bugs less often (examples/real_bugs/README.md).
+            s = ints.get(n)
+            if s is None:
+                s = ints[n] = st.integers(0, n)
+            return draw(s)
 
         t = Timing(
             max_late=max_late,
@@ -440,43 +499,6 @@ def timings(
         return t
 
     return _timing()
-
-
-# How a Timing from timings() draws, and why: how the choices shrink is what
-# makes a found failure end on the few decisions that cause it.  Each
-# decision is ONE integer choice in 0.._SPAN-1, and its simplest value, 0,
-# is "no perturbation here"; the value maps to ticks monotonically (a
-# smaller choice never perturbs more), so hypothesis shrinking a choice
-# toward 0 first drops the perturbation, then makes it smaller.  One
-# choice per decision, whatever it decides, keeps the choices of the later
-# decisions where they were when the shrinker zeroes one (a "perturb?" gate
-# followed by an amount only when it says yes would shift every later
-# choice, and shrinking would scramble the run instead of thinning it).
-# Per run, first, a rate: the share of the choices' range that perturbs
-# (about one decision in 50, 10, 3, or nearly all), shrinking toward the
-# sparsest, which drops the unneeded perturbations of a dense run at once.
-# A perturbation is the bound or a uniform number of ticks up to it, half
-# and half -- rare large hiccups or a steady drag, as the pytest plugin's
-# --timing-fuzz draws them (see _session).  A uniform 0..max per decision
-# (the first design) perturbed nearly every decision, and shrinking spent
-# its time on the unrelated ones.
-_SPAN = 1000
-#: Choices per _SPAN that perturb, per rate (the first is the sparsest).
-_RATES = (20, 100, 300, 980)
-
-
-def _ticks(choice: int, rate: int, n: int) -> int:
-    """A decision of 0..n ticks from one choice in 0.._SPAN-1: 0 below
-    ``_SPAN - rate``; above, 1..n rising through the lower half of what is
-    left, then n."""
-    quiet = _SPAN - rate
-    if choice < quiet:
-        return 0
-    half = (rate + 1) // 2
-    above = choice - quiet
-    if above >= half:
-        return n
-    return 1 + above * n // half
 
 
 def _caller_site(depth: int) -> str:

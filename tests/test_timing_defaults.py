@@ -26,14 +26,14 @@ def _one(strategy):
 
 def test_no_bound_means_the_documented_defaults():
     t = _one(vt.timings())
-    assert (t.max_late, t.max_cost, t.max_jitter) == (0.005, 0.002, 0.01)
+    assert (t.max_late, t.max_cost, t.max_jitter) == (0.02, 0.002, 0.01)
     assert (t.max_late, t.max_cost, t.max_jitter) == (
         _timing.DEFAULT_MAX_LATE,
         _timing.DEFAULT_MAX_COST,
         _timing.DEFAULT_MAX_JITTER,
     )
     doc = vt.timings.__doc__
-    assert "max_late=0.005" in doc and "max_cost=0.002" in doc and "max_jitter=0.01" in doc
+    assert "max_late=0.02" in doc and "max_cost=0.002" in doc and "max_jitter=0.01" in doc
 
 
 def test_one_bound_given_leaves_the_others_at_zero():

@@ -41,7 +41,7 @@ SPIN = 10_000
 #: (``Timing.minimize``), which ends on the decisions that matter in one
 #: run per decision.  Hypothesis alone can take its own 5-minute cap on a
 #: long run and still leave unrelated decisions.
-SHRINK_SECONDS = 30
+SHRINK_SECONDS = 45
 #: A backstop in real seconds per run, should a run hang some other way.
 RUN_SECONDS = 10
 #: Address space a check may use: a runaway run must not take the machine.

@@ -407,7 +407,7 @@ MAX_DRAWS = 2000
 
 #: The bounds ``timings()`` uses when it is given none (seconds); see its
 #: docstring for how they were chosen.
-DEFAULT_MAX_LATE = 0.005
+DEFAULT_MAX_LATE = 0.02
 DEFAULT_MAX_COST = 0.002
 DEFAULT_MAX_JITTER = 0.01
 
@@ -438,13 +438,16 @@ def timings(
     - ``max_jitter``: each ``call_external()``/``latency()`` event arrives
       0..max_jitter seconds late, independently.
 
-    With no bound given, all three take their defaults: ``max_late=0.005``,
-    ``max_cost=0.002``, ``max_jitter=0.01``: the smallest of the bounds tried on the real-bug corpus
-    (``examples/real_bugs``) that found the most of its bugs, with no false
-    alarm on their fixed versions -- a few milliseconds, the hiccups of a
-    loaded machine, for programs whose timeouts and periods are tens of
-    milliseconds and more.  Given any bound, the others are 0 (a test that
-    names one kind of perturbation gets only that kind).  At least one bound
+    With no bound given, all three take their defaults: ``max_late=0.02``,
+    ``max_cost=0.002``, ``max_jitter=0.01``: the smallest of the bounds
+    tried on the real-bug corpus (``examples/real_bugs``) that found the
+    most of its bugs, with no false alarm on their fixed versions -- the
+    hiccups of a loaded machine (a wake-up a scheduler slice late, a
+    callback preempted for a couple of milliseconds) for programs whose
+    timeouts and periods are tens of milliseconds and more; a smaller
+    ``max_late`` missed the bug that needs a 50 ms deadline to expire.
+    Given any bound, the others are 0 (a test that names one kind of
+    perturbation gets only that kind).  At least one bound
     must be non-zero (``ValueError`` otherwise: a Timing with none perturbs
     nothing).
 

@@ -54,7 +54,9 @@ def score(name: str) -> dict:
     elif h["found"]:
         print(
             f"  found after {h['examples']} examples; shrinking {h['shrink_seconds']:.1f} s"
-            f" ({h['runs']} runs in all); {h['decisions']} non-zero decisions;"
+            f" ({h['runs']} runs in all); {h['decisions']} non-zero decisions"
+            f" ({h.get('hypothesis_decisions', '?')} after hypothesis, then minimize()"
+            f" {h.get('minimize_seconds', 0):.1f} s);"
             f" replay {'fails again' if h['replay'] else 'PASSES (does not replay)'};"
             f" {h['hangs']} runs hung (dropped)"
         )

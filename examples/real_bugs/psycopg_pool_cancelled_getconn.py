@@ -1,0 +1,138 @@
+"""psycopg_pool: a request cancelled just as the pool hands it a connection
+swallows the cancellation and carries on with the connection.
+
+Upstream: psycopg/psycopg issue #1275 ("``WaitingClient.wait()`` can still
+return a connection after ``CancelledError``"), fixed by PR #1277 in
+psycopg-pool 3.3.1.  Buggy: psycopg-pool 3.3.0; fixed: 3.3.1 (both with the
+psycopg of the day; no PostgreSQL is needed: the pool is given an
+in-process connection class).
+
+A request that finds the pool empty queues a ``WaitingClient`` and waits on
+its condition.  A connection coming back is given to the first client:
+``set()`` stores it and notifies.  If the client's task is cancelled in the
+same loop iteration, before it runs (its deadline fell due in that batch),
+``wait()`` catches the CancelledError and records it -- then 3.3.0 checks
+``self.conn`` first and returns the connection: the cancellation is lost
+and the request runs on past its deadline.  3.3.1 lets the error win and
+gives the connection back to the pool.
+"""
+
+import asyncio
+import time
+
+import psycopg_pool
+from psycopg.pq import TransactionStatus
+
+from . import dist_version
+
+REF = "psycopg/psycopg#1275 (fixed by PR #1277)"
+BUGGY = (None, "psycopg-pool==3.3.0 psycopg==3.3.2")
+FIXED = (None, "psycopg-pool==3.3.1 psycopg==3.3.2")
+PROMISE = "a request that runs out of time stops; it is not handed a connection"
+
+
+def installed() -> str:
+    return dist_version("psycopg-pool")
+
+
+class _PgConn:
+    transaction_status = TransactionStatus.IDLE
+
+
+class _Connection:
+    """Just enough of psycopg.AsyncConnection for the pool: always idle,
+    never broken, no server behind it."""
+
+    def __init__(self) -> None:
+        self.pgconn = _PgConn()
+        self.closed = False
+        self.broken = False
+        self.autocommit = False
+        self._pool = None
+
+    @classmethod
+    async def connect(cls, conninfo: str = "", **kwargs) -> "_Connection":
+        return cls()
+
+    async def __aenter__(self) -> "_Connection":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.closed = True
+        self.pgconn.transaction_status = TransactionStatus.UNKNOWN
+
+
+def _pool() -> psycopg_pool.AsyncConnectionPool:
+    return psycopg_pool.AsyncConnectionPool(
+        "", connection_class=_Connection, min_size=1, max_size=1, open=False
+    )
+
+
+async def _request(pool, deadline: float, work: float, overran: list) -> None:
+    """One request: a connection within ``deadline`` s, held ``work`` s.
+    Past its deadline it must end with TimeoutError."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(deadline) as cm:
+            async with pool.connection():
+                await asyncio.sleep(work)
+    except TimeoutError:
+        return
+    if cm.expired():
+        overran.append(f"a request ran on past its deadline (t={loop.time():.3f})")
+
+
+async def scenario() -> None:
+    """Three request handlers share a pool of one connection; each request
+    waits for it at most 50 ms (asyncio.timeout) and uses it 20 ms, then the
+    handler pauses 15 ms.  A request that runs out of time must end with
+    TimeoutError."""
+    pool = _pool()
+    await pool.open(wait=True)
+    overran: list[str] = []
+
+    async def handler() -> None:
+        for _ in range(20):
+            await _request(pool, 0.05, 0.02, overran)
+            await asyncio.sleep(0.015)
+
+    try:
+        await asyncio.gather(handler(), handler(), handler())
+    finally:
+        await pool.close()
+    assert not overran, "; ".join(overran)
+
+
+def on_stock() -> None:
+    """On the stock loop: A holds the pool's one connection until t0, B
+    waits for it with a deadline at t0 + 1 ms, and the loop is busy past
+    both (a 30 ms blocking call, as on a loaded machine), so it runs both
+    timers in one batch, in deadline order: A gives the connection back
+    (the pool hands it to B) and B's deadline cancels B before B has run."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pool = _pool()
+        await pool.open(wait=True)
+        overran: list[str] = []
+        a_done = loop.create_future()
+
+        async def a() -> None:
+            async with pool.connection():
+                await a_done
+
+        ta = asyncio.create_task(a())
+        await asyncio.sleep(0.001)  # A holds the connection
+        when = loop.time() + 0.001
+        tb = asyncio.create_task(_request(pool, when + 0.001 - loop.time(), 0.001, overran))
+        await asyncio.sleep(0)  # B waits for it
+        loop.call_at(when, a_done.set_result, None)
+        time.sleep(0.03)  # the loop is busy past both deadlines
+        await asyncio.gather(ta, tb)
+        await pool.close()
+        assert not overran, "; ".join(overran)
+
+    asyncio.run(main())

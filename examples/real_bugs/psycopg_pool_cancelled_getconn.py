@@ -26,8 +26,13 @@ from psycopg.pq import TransactionStatus
 from . import dist_version
 
 REF = "psycopg/psycopg#1275 (fixed by PR #1277)"
-BUGGY = (None, "psycopg-pool==3.3.0 psycopg==3.3.2")
-FIXED = (None, "psycopg-pool==3.3.1 psycopg==3.3.2")
+# On CPython 3.12: on 3.11 the pool's wait (``asyncio.wait_for()`` around
+# ``Condition.wait()``) loses the same cancellation in 3.11's own wait_for()
+# (python/cpython#86296, see cpython_wait_for_swallows_cancel), so 3.3.1 --
+# and every release since, which wait the same way -- fails there too
+# (psycopg/psycopg#1345 reports it on 3.3.1; the fuzz found it, 35 examples).
+BUGGY = ("3.12", "psycopg-pool==3.3.0 psycopg==3.3.2")
+FIXED = ("3.12", "psycopg-pool==3.3.1 psycopg==3.3.2")
 PROMISE = "a request that runs out of time stops; it is not handed a connection"
 
 
@@ -71,9 +76,11 @@ def _pool() -> psycopg_pool.AsyncConnectionPool:
     )
 
 
-async def _request(pool, deadline: float, work: float, overran: list) -> None:
+async def _request(pool, deadline: float, work: float) -> None:
     """One request: a connection within ``deadline`` s, held ``work`` s.
-    Past its deadline it must end with TimeoutError."""
+    Past its deadline it must end with TimeoutError (an asyncio.timeout()
+    that expired cancelled the task inside the block, so the block cannot
+    end normally unless the cancellation was lost)."""
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(deadline) as cm:
@@ -81,8 +88,7 @@ async def _request(pool, deadline: float, work: float, overran: list) -> None:
                 await asyncio.sleep(work)
     except TimeoutError:
         return
-    if cm.expired():
-        overran.append(f"a request ran on past its deadline (t={loop.time():.3f})")
+    assert not cm.expired(), f"a request ran on past its deadline (t={loop.time():.3f})"
 
 
 async def scenario() -> None:
@@ -92,18 +98,16 @@ async def scenario() -> None:
     TimeoutError."""
     pool = _pool()
     await pool.open(wait=True)
-    overran: list[str] = []
 
     async def handler() -> None:
         for _ in range(20):
-            await _request(pool, 0.05, 0.02, overran)
+            await _request(pool, 0.05, 0.02)
             await asyncio.sleep(0.015)
 
     try:
         await asyncio.gather(handler(), handler(), handler())
     finally:
         await pool.close()
-    assert not overran, "; ".join(overran)
 
 
 def on_stock() -> None:
@@ -117,7 +121,6 @@ def on_stock() -> None:
         loop = asyncio.get_running_loop()
         pool = _pool()
         await pool.open(wait=True)
-        overran: list[str] = []
         a_done = loop.create_future()
 
         async def a() -> None:
@@ -127,12 +130,13 @@ def on_stock() -> None:
         ta = asyncio.create_task(a())
         await asyncio.sleep(0.001)  # A holds the connection
         when = loop.time() + 0.001
-        tb = asyncio.create_task(_request(pool, when + 0.001 - loop.time(), 0.001, overran))
+        tb = asyncio.create_task(_request(pool, when + 0.001 - loop.time(), 0.001))
         await asyncio.sleep(0)  # B waits for it
         loop.call_at(when, a_done.set_result, None)
         time.sleep(0.03)  # the loop is busy past both deadlines
-        await asyncio.gather(ta, tb)
-        await pool.close()
-        assert not overran, "; ".join(overran)
+        try:
+            await asyncio.gather(ta, tb)
+        finally:
+            await pool.close()
 
     asyncio.run(main())

@@ -23,6 +23,14 @@ if str(ROOT) not in sys.path:  # an installed-wheel run keeps the tree off the p
 from examples.real_bugs import BUGS, _venv, meta  # noqa: E402
 
 
+def test_every_module_is_in_the_corpus():
+    """A bug module left out of BUGS would be neither scored nor checked."""
+    folder = _venv.ROOT / "examples" / "real_bugs"
+    modules = sorted(p.stem for p in folder.glob("*.py") if not p.name.startswith("_"))
+    assert modules == sorted(BUGS)
+    assert len(BUGS) == len(set(BUGS))
+
+
 @pytest.mark.parametrize("name", BUGS)
 def test_corpus_module_is_complete(name):
     bug = meta(name)  # the library is installed only in the bug's venvs

@@ -17,11 +17,11 @@ slot back: one slot fewer from then on.  3.4.0 releases it in that case.
 """
 
 import asyncio
-import time
+from functools import partial
 
 import anyio
 
-from . import dist_version
+from . import _shared, dist_version
 
 REF = "agronholm/anyio#387 (the Semaphore half of the 3.4.0 fix)"
 BUGGY = (None, "anyio==3.3.4")
@@ -47,19 +47,7 @@ async def scenario() -> None:
     50 ms (move_on_after), then the worker pauses 15 ms.  Every worker must
     finish its 20 requests, and both slots must be free at the end."""
     sem = anyio.Semaphore(SLOTS)
-
-    async def worker() -> None:
-        for _ in range(20):
-            with anyio.move_on_after(0.05):
-                async with sem:
-                    await asyncio.sleep(0.02)  # the request
-            await asyncio.sleep(0.015)
-
-    try:
-        async with asyncio.timeout(60):
-            await asyncio.gather(*(worker() for _ in range(6)))
-    except TimeoutError:
-        raise AssertionError(f"workers stuck for 60 s; {sem.statistics()}") from None
+    await _shared.share(sem, [0.05] * 6, anyio.move_on_after)
     _check_slots(sem)
 
 
@@ -90,10 +78,7 @@ def on_stock() -> None:
         await asyncio.sleep(0)  # A and the other hold both slots
         tb = asyncio.create_task(b())
         await asyncio.sleep(0)  # B waits for one
-        when = loop.time() + 0.001
-        loop.call_at(when, a_done.set_result, None)
-        loop.call_at(when + 0.001, tb.cancel)
-        time.sleep(0.03)  # the loop is busy past both deadlines
+        _shared.in_one_batch(partial(a_done.set_result, None), tb.cancel)
         await asyncio.gather(ta, tb, return_exceptions=True)
         other_done.set_result(None)
         await other

@@ -29,8 +29,9 @@ REF = "psycopg/psycopg#1275 (fixed by PR #1277)"
 # On CPython 3.12: on 3.11 the pool's wait (``asyncio.wait_for()`` around
 # ``Condition.wait()``) loses the same cancellation in 3.11's own wait_for()
 # (python/cpython#86296, see cpython_wait_for_swallows_cancel), so 3.3.1 --
-# and every release since, which wait the same way -- fails there too
-# (psycopg/psycopg#1345 reports it on 3.3.1; the fuzz found it, 35 examples).
+# and 3.3.3, which waits the same way -- fail there too: the fuzz found it
+# on 3.3.1 under 3.11 after 35 examples, its Timing inside 3.11's wait_for();
+# likely what psycopg/psycopg#1345 reports as a residual race on 3.3.1.
 BUGGY = ("3.12", "psycopg-pool==3.3.0 psycopg==3.3.2")
 FIXED = ("3.12", "psycopg-pool==3.3.1 psycopg==3.3.2")
 PROMISE = "a request that runs out of time stops; it is not handed a connection"

@@ -5,8 +5,8 @@ Each version runs in its cached venv (examples/real_bugs/_venv.py).  The
 normal suite uses the venvs already made (by ``python -m examples.real_bugs``
 or by ``pytest -m real_bugs``) and skips the rest, saying so; the
 ``real_bugs`` variant makes them, which needs PyPI (skipped with the reason
-when it cannot).  It is not part of CI's slow subset: making fourteen venvs,
-two of them with pywheel compiled for another CPython, would take CI past
+when it cannot).  It is not part of CI's slow subset: making eighteen venvs,
+four of them with pywheel compiled for another CPython, would take CI past
 its time; ``make real-bugs`` runs it."""
 
 import sys

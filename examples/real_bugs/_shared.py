@@ -145,14 +145,14 @@ def lost_notify_on_stock(make_cond, retirable) -> None:
     asyncio.run(main())
 
 
-async def share(primitive, deadlines, give_up_after) -> None:
+async def share(primitive, deadlines, give_up_after, uses: int = USES) -> None:
     """One user of ``primitive`` (a lock or semaphore) per deadline: each of
-    its USES holds it 20 ms, waiting at most ``deadline`` s for it (inside
-    ``give_up_after(deadline)``), then pauses 15 ms.  Everyone must finish
-    within 60 s."""
+    its ``uses`` holds it 20 ms, waiting at most ``deadline`` s for it
+    (inside ``give_up_after(deadline)``), then pauses 15 ms.  Everyone must
+    finish within 60 s."""
 
     async def use(deadline: float) -> None:
-        for _ in range(USES):
+        for _ in range(uses):
             with give_up_after(deadline):
                 async with primitive:
                     await asyncio.sleep(0.02)  # the request

@@ -44,11 +44,13 @@ def _check_slots(sem: anyio.Semaphore) -> None:
 async def scenario() -> None:
     """Six workers share a pool of two connections behind an
     anyio.Semaphore(2); each request holds a slot 20 ms and gives up after
-    50 ms (move_on_after), then the worker pauses 15 ms.  Every worker must
-    finish its 20 requests, and both slots must be free at the end."""
+    50 ms (move_on_after), then the worker pauses 15 ms.  The workers serve
+    four batches of 5 requests each; once a batch is done both slots must
+    be free."""
     sem = anyio.Semaphore(SLOTS)
-    await _shared.share(sem, [0.05] * 6, anyio.move_on_after)
-    _check_slots(sem)
+    for _ in range(4):
+        await _shared.share(sem, [0.05] * 6, anyio.move_on_after, uses=5)
+        _check_slots(sem)  # nobody holds or waits for a slot here
 
 
 def on_stock() -> None:

@@ -96,6 +96,9 @@ def main(argv):
     from examples.real_bugs import BOUNDS, LIMIT
     from pywheel import testing
 
+    if os.environ.get("PYWHEEL_REAL_BUGS_DEFAULTS"):  # __main__ --defaults
+        BOUNDS = {}  # noqa: N806 -- timings() with no bound: its defaults
+
     class GuardedLoop(testing.VirtualEventLoop):
         """Ends the run with Hang once SPIN timers were scheduled at one
         virtual time (through the loop's own way to end a run from inside

@@ -5,8 +5,8 @@ Each version runs in its cached venv (examples/real_bugs/_venv.py).  The
 normal suite uses the venvs already made (by ``python -m examples.real_bugs``
 or by ``pytest -m real_bugs``) and skips the rest, saying so; the
 ``real_bugs`` variant makes them, which needs PyPI (skipped with the reason
-when it cannot).  It is not part of CI's slow subset: making fourteen venvs,
-two of them with pywheel compiled for another CPython, would take CI past
+when it cannot).  It is not part of CI's slow subset: making eighteen venvs,
+four of them with pywheel compiled for another CPython, would take CI past
 its time; ``make real-bugs`` runs it."""
 
 import sys
@@ -21,6 +21,14 @@ if str(ROOT) not in sys.path:  # an installed-wheel run keeps the tree off the p
     sys.path.insert(0, str(ROOT))
 
 from examples.real_bugs import BUGS, _venv, meta  # noqa: E402
+
+
+def test_every_module_is_in_the_corpus():
+    """A bug module left out of BUGS would be neither scored nor checked."""
+    folder = _venv.ROOT / "examples" / "real_bugs"
+    modules = sorted(p.stem for p in folder.glob("*.py") if not p.name.startswith("_"))
+    assert modules == sorted(BUGS)
+    assert len(BUGS) == len(set(BUGS))
 
 
 @pytest.mark.parametrize("name", BUGS)

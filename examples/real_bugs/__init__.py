@@ -27,6 +27,8 @@ BUGS = [
     "async_timeout_swallows_cancel",
     "anyio_condition_lost_notify",
     "anyio_lock_stranded_waiter",
+    "anyio_semaphore_cancelled_waiter",
+    "psycopg_pool_cancelled_getconn",
 ]
 
 #: The one set of timings() bounds the scoreboard uses for every bug.

@@ -1,4 +1,5 @@
-"""python -m examples.real_bugs [NAME ...]: the scoreboard.
+"""python -m examples.real_bugs [--defaults] [NAME ...]: the scoreboard
+(--defaults: timings() with no bound, pywheel's defaults, instead of BOUNDS).
 
 For each bug: install the buggy and the fixed version in cached venvs
 (skipped, with the reason, where that cannot be done), show the bug on the
@@ -6,6 +7,7 @@ stock loop (buggy fails, fixed passes), check the punctual run passes, hunt
 the buggy version with timings(BOUNDS) (derandomized, EXAMPLES examples,
 shrink, replay), and run the fixed version through the same EXAMPLES."""
 
+import os
 import sys
 import time
 
@@ -54,7 +56,9 @@ def score(name: str) -> dict:
     elif h["found"]:
         print(
             f"  found after {h['examples']} examples; shrinking {h['shrink_seconds']:.1f} s"
-            f" ({h['runs']} runs in all); {h['decisions']} non-zero decisions;"
+            f" ({h['runs']} runs in all); {h['decisions']} non-zero decisions"
+            f" ({h.get('hypothesis_decisions', '?')} after hypothesis, then minimize()"
+            f" {h.get('minimize_seconds', 0):.1f} s);"
             f" replay {'fails again' if h['replay'] else 'PASSES (does not replay)'};"
             f" {h['hangs']} runs hung (dropped)"
         )
@@ -112,7 +116,13 @@ def _cell(row):
 
 def main(names):
     t0 = time.perf_counter()
-    print(f"bounds {BOUNDS}, {EXAMPLES} derandomized examples per bug")
+    defaults = "--defaults" in names
+    names = [n for n in names if n != "--defaults"] or BUGS
+    if defaults:  # timings() with no bound: pywheel's defaults
+        os.environ["PYWHEEL_REAL_BUGS_DEFAULTS"] = "1"
+        print(f"bounds: timings()'s defaults, {EXAMPLES} derandomized examples per bug")
+    else:
+        print(f"bounds {BOUNDS}, {EXAMPLES} derandomized examples per bug")
     rows = [score(n) for n in names]
     print(
         "\n| bug | upstream | stock loop | found (examples) | shrinking | decisions | replays |"
@@ -124,4 +134,4 @@ def main(names):
     print(f"\nscoreboard: {time.perf_counter() - t0:.0f} s")
 
 
-main(sys.argv[1:] or BUGS)
+main(sys.argv[1:])

@@ -36,6 +36,12 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_RO
 #: iterations, not real seconds, keeps the verdict the same on every replay
 #: (hypothesis insists on that).
 SPIN = 10_000
+#: Real seconds hypothesis may shrink a found failure; then the shrunk
+#: Timing's decisions are zeroed one at a time while it still fails
+#: (``Timing.minimize``), which ends on the decisions that matter in one
+#: run per decision.  Hypothesis alone can take its own 5-minute cap on a
+#: long run and still leave unrelated decisions.
+SHRINK_SECONDS = 45
 #: A backstop in real seconds per run, should a run hang some other way.
 RUN_SECONDS = 10
 #: Address space a check may use: a runaway run must not take the machine.
@@ -89,6 +95,9 @@ def main(argv):
 
     from examples.real_bugs import BOUNDS, LIMIT
     from pywheel import testing
+
+    if os.environ.get("PYWHEEL_REAL_BUGS_DEFAULTS"):  # __main__ --defaults
+        BOUNDS = {}  # noqa: N806 -- timings() with no bound: its defaults
 
     class GuardedLoop(testing.VirtualEventLoop):
         """Ends the run with Hang once SPIN timers were scheduled at one
@@ -167,41 +176,69 @@ def main(argv):
     assert mode == "hunt", mode
     calls = [0, None, None]  # runs, runs until the first failure, when
 
+    best = []  # the latest failure: the shrinker's best so far
+
+    class OutOfShrinkTime(BaseException):
+        """Ends find() (hypothesis lets a BaseException through)."""
+
     def condition(timing) -> bool:
+        if best and time.perf_counter() - calls[2] > SHRINK_SECONDS:
+            raise OutOfShrinkTime
         calls[0] += 1
         v = verdict(timing)
         bad = v is not None and v != "hang"
-        if bad and calls[1] is None:
-            calls[1], calls[2] = calls[0], time.perf_counter()
+        if bad:
+            best[:] = [timing]
+            if calls[1] is None:
+                calls[1], calls[2] = calls[0], time.perf_counter()
         return bad
 
     t0 = time.perf_counter()
+    shrunk = None
     try:
         shrunk = find(
             testing.timings(**BOUNDS),
             condition,
             settings=settings(**common, phases=[Phase.generate, Phase.shrink]),
         )
+    except OutOfShrinkTime:
+        pass
     except FlakyStrategyDefinition:
-        out.update(
-            found=False,
-            stopped="hypothesis stopped: inconsistent data after a hang",
-            examples=calls[0],
-            hangs=hangs[0],
-            seconds=time.perf_counter() - t0,
-        )
-        return out
+        # After a hang (see Hang), or when OutOfShrinkTime ended an example
+        # before its Timing drew what the data said it would.
+        if not best:
+            out.update(
+                found=False,
+                stopped="hypothesis stopped: inconsistent data after a hang",
+                examples=calls[0],
+                hangs=hangs[0],
+                seconds=time.perf_counter() - t0,
+            )
+            return out
     except NoSuchExample:
         out.update(found=False, examples=calls[0], hangs=hangs[0], seconds=time.perf_counter() - t0)
         return out
+    if shrunk is None:
+        shrunk = best[0]  # shrinking ran out of time: the best so far
+    hyp_decisions = len(shrunk.decisions)
+    t_min = time.perf_counter()
+
+    def still_fails(timing) -> bool:
+        calls[0] += 1
+        v = verdict(timing)
+        return v is not None and v != "hang"
+
+    shrunk = shrunk.minimize(still_fails)
     t1 = time.perf_counter()
     out.update(
         found=True,
         examples=calls[1],
         runs=calls[0],
         shrink_seconds=t1 - calls[2],
+        minimize_seconds=t1 - t_min,
         seconds=t1 - t0,
         shrunk=repr(shrunk),
+        hypothesis_decisions=hyp_decisions,
         decisions=len(shrunk.decisions),
         replay=verdict(shrunk),
         hangs=hangs[0],

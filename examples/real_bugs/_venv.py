@@ -85,7 +85,9 @@ def _where(requirement: str | None, python: str | None) -> tuple[Path, bool]:
     """(the venv's folder, whether it runs on this interpreter)."""
     ver = python or _THIS
     own = ver == _THIS
-    name = f"py{ver}-" + (requirement.replace("==", "-") if requirement else "stdlib")
+    name = f"py{ver}-" + (
+        requirement.replace("==", "-").replace(" ", "+") if requirement else "stdlib"
+    )
     if not own:
         name += "-pywheel-" + _tree_hash()
     return CACHE / name, own
@@ -98,7 +100,8 @@ def cached(requirement: str | None, python: str | None = None) -> Path | None:
 
 
 def ensure(requirement: str | None, python: str | None = None) -> Path:
-    """The venv's python for ``requirement`` ("aiorwlock==1.1.0", or None for
+    """The venv's python for ``requirement`` ("aiorwlock==1.1.0"; several
+    separated by spaces, "psycopg-pool==3.3.0 psycopg==3.3.2"; or None for
     only hypothesis) on CPython ``python`` ("3.12"; None: this one), made
     once and cached.  Raises Unavailable with the reason if it cannot."""
     venv, own = _where(requirement, python)
@@ -115,7 +118,7 @@ def ensure(requirement: str | None, python: str | None = None) -> Path:
     pip = [str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     try:
         _run(
-            pip + [HYPOTHESIS] + ([requirement] if requirement else []),
+            pip + [HYPOTHESIS] + (requirement.split() if requirement else []),
             f"pip install {requirement}",
         )
         if not own:

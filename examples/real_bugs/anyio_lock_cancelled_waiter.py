@@ -14,11 +14,11 @@ else waits forever.  3.4.0 releases the lock in that case.
 """
 
 import asyncio
-import time
+from functools import partial
 
 import anyio
 
-from . import dist_version
+from . import _shared, dist_version
 
 REF = "agronholm/anyio#387"
 BUGGY = (None, "anyio==3.3.4")
@@ -36,19 +36,7 @@ async def scenario() -> None:
     pauses 15 ms.  Every worker must finish its 20 requests, and the lock
     must be free at the end."""
     lock = anyio.Lock()
-
-    async def worker() -> None:
-        for _ in range(20):
-            with anyio.move_on_after(0.05):
-                async with lock:
-                    await asyncio.sleep(0.02)  # the request
-            await asyncio.sleep(0.015)
-
-    try:
-        async with asyncio.timeout(60):
-            await asyncio.gather(worker(), worker(), worker())
-    except TimeoutError:
-        raise AssertionError(f"workers stuck for 60 s; lock {lock.statistics()}") from None
+    await _shared.share(lock, [0.05] * 3, anyio.move_on_after)
     assert not lock.locked(), f"nobody holds the lock, yet it is locked: {lock.statistics()}"
 
 
@@ -77,10 +65,7 @@ def on_stock() -> None:
         await asyncio.sleep(0)  # A holds the lock
         tb = asyncio.create_task(b())
         await asyncio.sleep(0)  # B waits for it
-        when = loop.time() + 0.001
-        loop.call_at(when, a_done.set_result, None)
-        loop.call_at(when + 0.001, tb.cancel)
-        time.sleep(0.03)  # the loop is busy past both deadlines
+        _shared.in_one_batch(partial(a_done.set_result, None), tb.cancel)
         await asyncio.gather(ta, tb, return_exceptions=True)
         assert not lock.locked(), f"nobody holds the lock, yet it is locked: {lock.statistics()}"
 

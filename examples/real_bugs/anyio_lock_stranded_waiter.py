@@ -14,11 +14,11 @@ drops the cancelled waiter in ``release()``.
 """
 
 import asyncio
-import time
+from functools import partial
 
 import anyio
 
-from . import dist_version
+from . import _shared, dist_version
 
 REF = "agronholm/anyio#1145"
 BUGGY = (None, "anyio==4.13.0")
@@ -37,19 +37,7 @@ async def scenario() -> None:
     deadline.  Everyone must finish 20 uses, and the lock be free at the
     end."""
     lock = anyio.Lock()
-
-    async def use(deadline: float) -> None:
-        for _ in range(20):
-            with anyio.move_on_after(deadline):
-                async with lock:
-                    await asyncio.sleep(0.02)  # the request
-            await asyncio.sleep(0.015)
-
-    try:
-        async with asyncio.timeout(60):
-            await asyncio.gather(use(0.05), use(0.05), use(float("inf")))
-    except TimeoutError:
-        raise AssertionError(f"stuck for 60 s; lock {lock.statistics()}") from None
+    await _shared.share(lock, [0.05, 0.05, float("inf")], anyio.move_on_after)
     assert not lock.locked(), f"nobody holds the lock, yet it is locked: {lock.statistics()}"
 
 
@@ -86,11 +74,9 @@ def on_stock() -> None:
         tb = asyncio.create_task(b())
         tc = asyncio.create_task(c())
         await asyncio.sleep(0)  # B waits for the lock, C for its moment
-        when = loop.time() + 0.001
-        loop.call_at(when, a_done.set_result, None)
-        loop.call_at(when + 0.001, c_go.set_result, None)
-        loop.call_at(when + 0.002, tb.cancel)
-        time.sleep(0.03)  # the loop is busy past all three deadlines
+        _shared.in_one_batch(
+            partial(a_done.set_result, None), partial(c_go.set_result, None), tb.cancel
+        )
         try:
             await asyncio.wait_for(asyncio.shield(c_got), 0.5)
         except TimeoutError:

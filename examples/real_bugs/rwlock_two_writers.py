@@ -13,11 +13,11 @@ counts the woken writer as the holder at the moment it is woken.
 """
 
 import asyncio
-import time
+from functools import partial
 
 import aiorwlock
 
-from . import dist_version
+from . import _shared, dist_version
 
 REF = "aio-libs/aiorwlock#235"
 BUGGY = (None, "aiorwlock==1.1.0")
@@ -97,10 +97,7 @@ def on_stock() -> None:
         await asyncio.sleep(0)  # A holds the lock
         others = [asyncio.create_task(b()), asyncio.create_task(c())]
         await asyncio.sleep(0)  # B waits for it, C for its moment
-        when = loop.time() + 0.001
-        loop.call_at(when, a_done.set_result, None)
-        loop.call_at(when + 0.001, c_go.set_result, None)
-        time.sleep(0.03)  # the loop is busy past both deadlines
+        _shared.in_one_batch(partial(a_done.set_result, None), partial(c_go.set_result, None))
         await asyncio.gather(ta, *others)
 
     asyncio.run(main())

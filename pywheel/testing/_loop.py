@@ -7,7 +7,8 @@ order the loop's own ``_run_once`` gives (stock asyncio's):
 - the selector is wrapped: when the loop would sleep (nothing ready), the
   wrapper moves the virtual clock to the next timer's deadline instead;
 - with a Timing that charges callbacks, ``_call_soon`` makes handles whose run
-  advances the clock.
+  advances the clock, and ``call_at`` wraps each timer's callback so that its
+  run does too.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
 from . import _clocks, _peers
-from ._timing import Timing, callback_site, task_site
+from ._timing import Timing, callback_site, internal_callback, task_site, timer_site
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
     "DeadlockError",
@@ -164,6 +165,53 @@ class _ChargedHandle(_events.Handle):
         return callback_site(self._callback)
 
 
+class _ChargedTimer:
+    """A timer's callback that takes virtual time (a Timing's ``max_cost``);
+    the program's own callbacks only, not asyncio's (see _timing_call_at).
+
+    A timer that falls due while the callbacks of an iteration run (the
+    clock moved past its deadline by what they cost) was not among the
+    timers that iteration set aside: it runs in the next one, after the
+    callbacks made ready meanwhile -- the task steps this iteration's
+    timers woke -- as on a punctual real loop whose callbacks take time.
+    Without charging timer callbacks, a batch of timers ran in no time and
+    only a late wake-up could bring a second timer due, merging it into
+    the first one's batch, ahead of the steps the first one woke.
+
+    It stands in for the callback in the handle: repr, ``==`` and hash are
+    the callback's, so a handle reads as it would unwrapped."""
+
+    __slots__ = ("_loop", "_callback", "_owner")
+
+    def __init__(self, loop: VirtualEventLoop, callback, owner) -> None:
+        self._loop = loop
+        self._callback = callback
+        self._owner = owner  # the task that scheduled it (names the site)
+
+    def __call__(self, *args):
+        loop = self._loop
+        cost = loop._timing._decide(loop, "timer", loop._max_cost, self._site)
+        try:
+            return self._callback(*args)
+        finally:
+            if cost:
+                loop._charge(cost)
+
+    def _site(self) -> str:
+        return timer_site(self._callback, self._owner)
+
+    def __repr__(self) -> str:
+        return repr(self._callback)
+
+    def __eq__(self, other):
+        if isinstance(other, _ChargedTimer):
+            other = other._callback
+        return self._callback == other
+
+    def __hash__(self) -> int:
+        return hash(self._callback)
+
+
 class VirtualEventLoop(WheelEventLoop):
     """A ``WheelEventLoop`` on virtual time.
 
@@ -260,11 +308,13 @@ class VirtualEventLoop(WheelEventLoop):
             if self._max_cost > 0:
                 self._call_soon = self._charged_call_soon
                 self._handle_type = _ChargedHandle
+                self.call_at = self._timing_call_at  # type: ignore[method-assign]
+                self._fast_timers = False
             if self._max_late > 0:
                 self._timers: list = []
                 self._seq = itertools.count()
                 self._compact_at = _COMPACT_MIN
-                self.call_at = self._tracked_call_at  # type: ignore[method-assign]
+                self.call_at = self._timing_call_at  # type: ignore[method-assign]
                 self._fast_timers = False
 
     # ---- fast paths ---------------------------------------------------------
@@ -435,9 +485,25 @@ class VirtualEventLoop(WheelEventLoop):
         self._ready.append(handle)
         return handle
 
-    def _tracked_call_at(self, when, callback, *args, context=None):
-        handle = WheelEventLoop.call_at(self, when, callback, *args, context=context)
+    def _timing_call_at(self, when, callback, *args, context=None):
+        """call_at under a Timing: a timer whose callback is charged
+        (max_cost), and whose owner is kept for naming its wake-up
+        (max_late)."""
         owner = _tasks.current_task(self) if self.is_running() else None
+        run = callback
+        # asyncio's own timer callbacks (a sleep's wake-up, a timeout) are
+        # not charged: they resolve a future, and the program's work, and
+        # its cost, is in the step they wake.  Charging them too was
+        # tried: every sleep then carried two decisions instead of one, and
+        # the corpus bugs were found less often and shrank to more.
+        if self._max_cost and callable(callback) and not internal_callback(callback):
+            # (the wheel refuses what is not callable)
+            if self._debug:
+                self._check_callback(callback, "call_at")  # before it is hidden
+            run = _ChargedTimer(self, callback, owner)
+        handle = WheelEventLoop.call_at(self, when, run, *args, context=context)
+        if not self._max_late:
+            return handle
         timers = self._timers
         heapq.heappush(timers, (handle.when(), next(self._seq), handle, owner or callback))
         if len(timers) >= self._compact_at:

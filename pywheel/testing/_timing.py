@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["Timing", "timings"]
 
 #: The three kinds of decision, in the order ``repr()`` names them.
-KINDS = ("wake", "step", "external")
+KINDS = ("wake", "step", "timer", "external")
 
 _DEFAULT_TASK_NAME = re.compile(r"Task-\d+")
 _ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
@@ -87,6 +87,27 @@ def callback_site(callback) -> str:
     return _type_name(callback)  # a callable object: its class, never its address
 
 
+def internal_callback(callback) -> bool:
+    """A callback written in Python inside asyncio or pywheel (a sleep's
+    wake-up, asyncio.timeout's expiry): it only resolves a future or
+    cancels a task, and the program's work is in the step it wakes."""
+    func = getattr(callback, "func", callback)  # functools.partial
+    func = getattr(func, "__func__", func)  # a bound method
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return False
+    fn = code.co_filename
+    return fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)
+
+
+def timer_site(callback, owner) -> str:
+    """A timer's callback: asyncio's own (a sleep's or a timeout's) names the
+    task that scheduled it, where there is one; any other names itself."""
+    if isinstance(owner, _tasks.Task) and internal_callback(callback):
+        return task_site(owner)
+    return callback_site(callback)
+
+
 def _type_name(obj) -> str:
     return f"<{type(obj).__qualname__} object>"
 
@@ -122,6 +143,7 @@ class Timing:
         "_dead",
         "_draws",
         "max_draws",
+        "_script",
         "__weakref__",
     )
 
@@ -157,6 +179,8 @@ class Timing:
         self._state = "new"  # -> "recording" -> "recorded" (then replays)
         self._owner: weakref.ref | None = None
         self._dead = False
+        # minimize(): the decisions to make, by (kind, index), instead of drawing.
+        self._script: dict[tuple[str, int], float] | None = None
 
     # ---- what the user sees -------------------------------------------------
 
@@ -203,6 +227,9 @@ class Timing:
             elif kind == "step":
                 what = "step" if n == 1 else f"{n} steps"
                 parts.append(f"{what} of {site} at {at} took {_fmt(secs)}{each}")
+            elif kind == "timer":
+                what = "a timer" if n == 1 else f"{n} timers"
+                parts.append(f"{what} of {site} at {at} took {_fmt(secs)}{each}")
             else:
                 what = "" if n == 1 else f" ({n} events)"
                 parts.append(f"{site}{what} sent at {at} arrived {_fmt(secs)} late{each}")
@@ -211,6 +238,51 @@ class Timing:
             parts.append("recording ended early: its draw raised")
         sep = "; " if len(parts) < 3 else ";\n  "
         return head + (": " if len(parts) < 3 else ":\n  ") + sep.join(parts) + ")"
+
+    def minimize(self, fails: Callable[[Timing], bool], *, rounds: int = 3) -> Timing:
+        """A Timing that keeps only the recorded decisions a failure needs.
+
+        ``fails(timing)`` runs the program under ``timing`` and returns True
+        if it failed.  Starting from this Timing's recorded run, it zeroes
+        the non-zero decisions one at a time, latest first, keeping each
+        removal after which ``fails`` still returns True; the pass repeats
+        (at most ``rounds`` times) until it removes nothing.  One run per
+        decision and pass: a shrunk failure whose unrelated decisions
+        hypothesis had no time to zero ends on the ones that matter.
+        Returns the last Timing that failed (which replays, like any used
+        Timing), or one replaying this Timing's decisions if none did."""
+        if self._state in ("new", "recording"):
+            raise RuntimeError("minimize() needs a Timing whose run was recorded")
+        # The recorded decisions in the order they were made: the j-th note
+        # of a kind is the j-th entry of that kind's record.
+        seen = dict.fromkeys(KINDS, 0)
+        order = []
+        for kind, *_ in self._notes:
+            index, secs = self._record[kind][seen[kind]]
+            seen[kind] += 1
+            order.append(((kind, index), secs))
+        keep = dict(order)
+        best = self._scripted(keep)
+        if not fails(best):
+            return self._scripted(keep)  # does not replay here: leave it whole
+        for _ in range(rounds):
+            removed = False
+            for key, _secs in reversed(order):
+                if key not in keep:
+                    continue
+                trial = dict(keep)
+                del trial[key]
+                t = self._scripted(trial)
+                if fails(t):
+                    keep, best, removed = trial, t, True
+            if not removed:
+                break
+        return best
+
+    def _scripted(self, script: dict[tuple[str, int], float]) -> Timing:
+        t = Timing(max_late=self.max_late, max_cost=self.max_cost, max_jitter=self.max_jitter)
+        t._script = dict(script)
+        return t
 
     # ---- what the loop calls --------------------------------------------------
     #
@@ -291,7 +363,9 @@ class Timing:
         if self._dead:
             return 0.0
         draw = self._draw
-        if draw is None or (self.max_draws is not None and self._draws >= self.max_draws):
+        if self._script is not None:
+            ticks = round(self._script.get((kind, self._pos[kind]), 0.0) / tick)
+        elif draw is None or (self.max_draws is not None and self._draws >= self.max_draws):
             ticks = 0
         else:
             self._draws += 1
@@ -331,11 +405,26 @@ class Timing:
 MAX_DRAWS = 2000
 
 
+#: The bounds ``timings()`` uses when it is given none (seconds); see its
+#: docstring for how they were chosen.
+DEFAULT_MAX_LATE = 0.02
+DEFAULT_MAX_COST = 0.002
+DEFAULT_MAX_JITTER = 0.01
+
+
+class _Default(float):
+    """A bound left out of ``timings()``: reads as its default value, and
+    tells ``timings()`` it was not given (``None`` is a bad bound there)."""
+
+    def __repr__(self) -> str:
+        return f"<default {float(self)!r}>"
+
+
 def timings(
     *,
-    max_late: float = 0.0,
-    max_cost: float = 0.0,
-    max_jitter: float = 0.0,
+    max_late: float = _Default(DEFAULT_MAX_LATE),
+    max_cost: float = _Default(DEFAULT_MAX_COST),
+    max_jitter: float = _Default(DEFAULT_MAX_JITTER),
     max_draws: int = MAX_DRAWS,
 ):
     """A hypothesis strategy of ``Timing`` objects (needs hypothesis).
@@ -343,29 +432,46 @@ def timings(
     - ``max_late``: each time the loop sleeps toward its next timer it wakes
       0..max_late seconds after that deadline (never early); the timers due by
       then run in deadline order, after what was already ready.
-    - ``max_cost``: each ready callback (each task step) takes 0..max_cost
-      seconds of virtual time.
+    - ``max_cost``: each callback (a task step, a timer's callback) takes
+      0..max_cost seconds of virtual time; a timer that falls due meanwhile
+      runs in the next iteration, after the callbacks made ready by then.
     - ``max_jitter``: each ``call_external()``/``latency()`` event arrives
       0..max_jitter seconds late, independently.
 
-    At least one bound must be non-zero (``ValueError`` otherwise: a Timing
-    with none perturbs nothing).  Each decision is drawn lazily, while the
-    run goes, as a whole number of the loop's ticks, so failures shrink
-    toward the punctual run.  Only the
-    first ``max_draws`` decisions of a run are drawn (hypothesis caps the
-    data of one example); the rest are punctual."""
+    With no bound given, all three take their defaults: ``max_late=0.02``,
+    ``max_cost=0.002``, ``max_jitter=0.01``: the smallest of the bounds
+    tried on the real-bug corpus (``examples/real_bugs``) that found the
+    most of its bugs, with no false alarm on their fixed versions -- the
+    hiccups of a loaded machine (a wake-up a scheduler slice late, a
+    callback preempted for a couple of milliseconds) for programs whose
+    timeouts and periods are tens of milliseconds and more; a smaller
+    ``max_late`` missed the bug that needs a 50 ms deadline to expire.
+    Given any bound, the others are 0 (a test that names one kind of
+    perturbation gets only that kind).  At least one bound
+    must be non-zero (``ValueError`` otherwise: a Timing with none perturbs
+    nothing).
+
+    Each decision is drawn lazily, while the run goes, as a whole number of
+    the loop's ticks (uniform up to the bound); the simplest choice of each
+    is "no perturbation", so failures shrink toward the punctual run.  Only
+    the first ``max_draws`` decisions of a run are drawn (hypothesis caps
+    the data of one example); the rest are punctual."""
+    bounds = (max_late, max_cost, max_jitter)
+    if not all(isinstance(b, _Default) for b in bounds):  # given any: the rest are 0
+        max_late, max_cost, max_jitter = (0.0 if isinstance(b, _Default) else b for b in bounds)
     max_late = _check_max("max_late", max_late)
     max_cost = _check_max("max_cost", max_cost)
     max_jitter = _check_max("max_jitter", max_jitter)
     if not (max_late or max_cost or max_jitter):
         # Every Timing it made would be punctual: a fuzz test that finds
-        # nothing because it tries nothing.  No default fits every program
-        # (1 ms is a lot for one, nothing for another), so ask.
+        # nothing because it tries nothing.
         raise ValueError(
             "timings() needs at least one non-zero bound, in seconds: max_late= (the "
             "loop wakes late), max_cost= (callbacks take time) or max_jitter= (the "
             "outside world answers late); with all three 0 every Timing is punctual "
-            "(use Timing() for a punctual run)"
+            "(use Timing() for a punctual run; timings() with no bound at all uses "
+            f"the defaults max_late={DEFAULT_MAX_LATE}, max_cost={DEFAULT_MAX_COST}, "
+            f"max_jitter={DEFAULT_MAX_JITTER})"
         )
     from hypothesis import strategies as st
 
@@ -374,6 +480,12 @@ def timings(
     @st.composite
     def _timing(draw) -> Timing:
         def draw_ticks(n: int) -> int:
+            # One choice per decision, 0 (its simplest value) meaning "no
+            # perturbation here", so shrinking drops perturbations one by
+            # one without moving the choices of the decisions after it.
+            # Uniform over 0..n: sparser draws (a per-run rate of perturbed
+            # decisions, as --timing-fuzz makes) were tried, and found the
+            # corpus bugs less often (examples/real_bugs/README.md).
             s = ints.get(n)
             if s is None:
                 s = ints[n] = st.integers(0, n)

@@ -38,7 +38,9 @@ wall time of a mode is the best of its rounds: the whole pytest process, as a
 user waits for it.  A test "passes" in a mode when it passed in every round;
 one that passed in some rounds only is listed as unstable.  The results go to
 ``--out`` (default ``<cache>/results``): per run a log and a junit file, and
-``virtual_suites.json``; the table is printed as Markdown.
+``virtual_suites.json``, where a suite run again replaces its own entry (with
+the commit and time it ran at) and keeps the others'; the table of every suite
+saved is printed as Markdown (``--report``: only that).
 """
 
 from __future__ import annotations
@@ -277,6 +279,14 @@ def markdown(table: dict) -> str:
     return text
 
 
+def load(path: str) -> dict:
+    """The saved results, by suite ({} if none)."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--suite", action="append", choices=list(SUITES), help="default: all")
@@ -286,8 +296,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=CACHE)
     ap.add_argument("--out", help="default: <cache>/results")
     ap.add_argument("--timeout", type=float, default=1800, help="per run, seconds")
+    ap.add_argument("--report", action="store_true", help="only print the table of past runs")
     args = ap.parse_args(argv)
     out = args.out or os.path.join(args.cache, "results")
+    if args.report:
+        saved = load(os.path.join(out, "virtual_suites.json"))
+        for suite, entry in saved.items():
+            print(f"{suite}: {entry['rounds']} rounds at {entry['commit']}, {entry['when']}, "
+                  f"Python {entry['python']}")  # fmt: skip
+        print(markdown({s: saved[s]["row"] for s in SUITES if s in saved}))
+        return 0
     suites = args.suite or list(SUITES)
     modes = args.mode or MODES
     rounds = 1 if args.quick else args.rounds
@@ -308,9 +326,18 @@ def main(argv: list[str] | None = None) -> int:
                       f"{res['wall']:6.1f} s  {n} passed  exit {res['rc']}  "
                       f"load {res['load']:.1f}", file=sys.stderr, flush=True)  # fmt: skip
     table = summarize(results)
-    with open(os.path.join(out, "virtual_suites.json"), "w") as f:
-        json.dump({"rounds": rounds, "python": sys.version.split()[0], "table": table,
-                   "seconds": time.monotonic() - t0}, f, indent=1)  # fmt: skip
+    path = os.path.join(out, "virtual_suites.json")
+    saved = load(path)
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for suite, row in table.items():  # a suite run again replaces its row, the others stay
+        saved[suite] = {"row": row, "rounds": rounds, "python": sys.version.split()[0],
+                        "commit": commit, "when": stamp}  # fmt: skip
+    with open(path, "w") as f:
+        json.dump(saved, f, indent=1)
+    print(f"[virtual_suites] {time.monotonic() - t0:.0f} s; results in {path}", file=sys.stderr)
+    table = {s: saved[s]["row"] for s in SUITES if s in saved}
     print(markdown(table))
     return 0
 

@@ -10,7 +10,7 @@ LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
   warnings stubtest dist test-installed test-sdist real-bugs virtual-suites forky parity-forky \
-  bench-forky
+  bench-forky virtual-aiohttp
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -111,6 +111,12 @@ demo: build
 # About half an hour; downloads and venvs go to ~/.cache/pywheel-parity.
 parity: build
 	$(PYTHON) tests/parity/parity.py
+
+# aiohttp's pytest fixtures on pytest --virtual-time: aiohttp is not in the test
+# extra, so this installs it (as CI does) and runs the one file that needs it.
+virtual-aiohttp: build
+	$(PYTHON) -m pip install -q aiohttp
+	$(PYTHON) -m pytest -q tests/test_virtual_time_aiohttp.py
 
 # The full side-by-side run (tens of minutes); --quick takes about a minute.
 bench: build

@@ -11,7 +11,8 @@ The suites (issue 20): aiolimiter 1.3.0, async-lru 2.4.0, aiocache 0.12.3 (its
 unit and acceptance tests on the memory backend: redis and memcached tests
 deselected), tenacity 9.2.1 (tests/test_asyncio.py) and aiohttp 3.14.3 (its
 client, client-websocket and server-websocket functional test files, pure
-Python build).  Each gets a venv, made once under ``--cache`` (default
+Python build; and once more as ``aiohttp-fast``, with its plugin's
+``--aiohttp-fast`` in every mode).  Each gets a venv, made once under ``--cache`` (default
 ``~/.cache/pywheel-virtual-suites``), with its test dependencies from PyPI,
 looptime 0.9, timeless-loop 0.2.0, and pywheel from this checkout registered
 as an installed pywheel is (its ``pytest11`` entry point), see
@@ -131,6 +132,13 @@ SUITES: dict[str, dict] = {
         "pytest_asyncio": False,  # aiohttp's own pytest plugin makes its loops
     },
 }
+#: The same aiohttp tests with its plugin's --aiohttp-fast ("run tests faster
+#: by disabling extra checks"): no gc.collect() after each test, which is most
+#: of the suite's wall time once the waiting is gone (a full collection per
+#: test, on every loop alike).  Same venv; every mode gets the flag.
+SUITES["aiohttp-fast"] = dict(
+    SUITES["aiohttp"], args=[*SUITES["aiohttp"]["args"], "--aiohttp-fast"], venv="aiohttp"
+)
 
 _NO_LOOPTIME = ["-p", "no:looptime_plugin", "-p", "no:looptime_chronometers",
                 "-p", "no:looptime_timeproxies"]  # fmt: skip
@@ -152,7 +160,7 @@ def venv(suite: str, cache: str = CACHE) -> str:
     spec = SUITES[suite]
     src = sdist_dir(cache, spec["sdist"])
     ver = "{}.{}".format(*sys.version_info[:2])
-    path = os.path.join(cache, "venv", f"{ver}-{suite}")
+    path = os.path.join(cache, "venv", f"{ver}-{spec.get('venv', suite)}")
     py = make_venv(path, sys.executable, [*spec["deps"], *PEERS], src, spec.get("env"))
     link_pywheel(cache, py, plugin=True)
     return py

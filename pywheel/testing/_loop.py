@@ -407,7 +407,8 @@ class VirtualEventLoop(WheelEventLoop):
         if len(fdmap) > 1:
             ssock = getattr(self, "_ssock", None)
             own = ssock.fileno() if ssock is not None else -1
-            if self._peers.any_outside([fd for fd in fdmap if fd != own]):
+            watched = {fd: key.events for fd, key in fdmap.items() if fd != own}
+            if self._peers.any_outside(watched):
                 return True
         for t in self._subprocesses:
             if t.get_returncode() is None and not t.is_closing():

@@ -40,6 +40,18 @@ the connections (tens of milliseconds a read on a loaded 24 GiB machine,
 paid once per new connection: more than aiohttp's functional tests spent
 in their own code).
 
+Inside is not yet quiet: the kernel hands loopback data to the receiving
+socket in a deferred step (a softirq, or its thread when the machine is
+busy), so for a moment after the peer's ``send()`` the bytes are in neither
+socket, and ``select(0)`` cannot see them; a delayed ACK is a kernel timer.
+So each time the loop would jump, every inside TCP connection it watches is
+checked (``TCP_INFO`` on both ends: a few system calls): bytes or a FIN the
+peer sent (or wrote and holds back) that this end has not received yet
+make it outside for this round, and so do unacknowledged or unsent bytes of
+an end watched for writing.  Where
+``TCP_INFO`` lacks those counters (Linux before 4.19) every TCP connection
+counts as outside.
+
 A descriptor's classification is cached by (descriptor, inode) for the life
 of the loop: a socket's peer does not change once it is connected, and a
 descriptor reused for another socket has another inode.  Only the
@@ -63,6 +75,7 @@ import sys
 _PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
 
 _INET = (socket.AF_INET, socket.AF_INET6)
+_READ, _WRITE = 1, 2  # selectors.EVENT_READ, EVENT_WRITE
 
 
 def _endpoint(addr) -> tuple[str, int]:
@@ -132,6 +145,68 @@ def _tcp_connections() -> dict[tuple, int]:
     return found
 
 
+# struct tcp_info (linux/tcp.h): tcpi_state (byte 0), tcpi_unacked (u32 at
+# 24), tcpi_bytes_received (u64 at 128), tcpi_notsent_bytes (u32 at 144),
+# tcpi_bytes_sent and tcpi_bytes_retrans (u64 at 200 and 208, Linux 4.19+).
+_TCP_INFO_LEN = 216
+_FIN_SENT = frozenset({4, 5, 6, 9, 11})  # FIN_WAIT1/2, TIME_WAIT, LAST_ACK, CLOSING
+_FIN_NOT_RECEIVED = frozenset({1, 4, 5})  # ESTABLISHED, FIN_WAIT1/2
+
+
+def _tcp_info(fd: int):
+    """(state, unacked segments, bytes received, bytes sent once, bytes
+    written but not sent) of TCP socket ``fd``, or None if the kernel does
+    not say."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return None
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+    except (OSError, AttributeError):
+        return None
+    finally:
+        sock.detach()
+    if len(raw) < _TCP_INFO_LEN:
+        return None
+    (unacked,) = struct.unpack_from("I", raw, 24)
+    (received,) = struct.unpack_from("Q", raw, 128)
+    (notsent,) = struct.unpack_from("I", raw, 144)
+    sent, retrans = struct.unpack_from("QQ", raw, 200)
+    return raw[0], unacked, received, sent - retrans, notsent
+
+
+def _quiet(fd: int, events: int, peer: tuple[int, int]) -> bool:
+    """True if nothing is on its way between inside TCP socket ``fd`` and
+    its peer that could make ``fd`` ready for ``events`` without the program
+    acting first."""
+    x = _tcp_info(fd)
+    if x is None:
+        return False
+    state, unacked, received, _sent, notsent = x
+    if events & _WRITE and (unacked or notsent):
+        # An ACK or a window update on its way frees room to write (a peer
+        # that stopped reading keeps it so: the loop waits, as for outside).
+        return False
+    if not events & _READ:
+        return True
+    peer_fd, peer_ino = peer
+    try:
+        same = os.fstat(peer_fd).st_ino == peer_ino
+    except OSError:
+        same = False
+    if not same:
+        # The peer was closed: its kernel end may still deliver what it
+        # held, then a FIN; once the FIN is in, nothing more comes.
+        return state == 8  # CLOSE_WAIT
+    y = _tcp_info(peer_fd)
+    if y is None:
+        return False
+    if y[3] > received or y[4]:
+        return False  # bytes sent and not received yet, or held back (Nagle)
+    return not (y[0] in _FIN_SENT and state in _FIN_NOT_RECEIVED)
+
+
 def has_children() -> bool:
     """True if this process has a live (or unreaped) child, or if unsure."""
     try:
@@ -150,11 +225,12 @@ def has_children() -> bool:
     return False
 
 
-def _classify(fd: int, connections: list) -> tuple[bool, bool]:
-    """(inside, final): inside is True if ``fd`` (a socket) can hear only
+def _classify(fd: int, connections: list) -> tuple:
+    """(inside, final[, peer]): inside is True if ``fd`` (a socket) can hear only
     from this process; final is False when the answer may change (a
     connection not accepted yet).  ``connections``: a one-item cache of
-    ``_tcp_connections()`` for this round ([] until needed)."""
+    ``_tcp_connections()`` for this round ([] until needed); peer, for a
+    TCP connection found inside: the mirror's descriptor."""
     info = _describe(fd)
     if info is None:
         return False, False
@@ -169,8 +245,9 @@ def _classify(fd: int, connections: list) -> tuple[bool, bool]:
         return False, False  # connecting: ask again
     if not connections:
         connections.append(_tcp_connections())
-    if (remote, local) in connections[0]:
-        return True, True
+    peer = connections[0].get((remote, local))
+    if peer is not None:
+        return True, True, peer
     return False, False  # not accepted yet (or its peer is gone): ask again
 
 
@@ -180,17 +257,21 @@ class Peers:
     __slots__ = ("_cache",)
 
     def __init__(self) -> None:
-        self._cache: dict[int, tuple[int, bool]] = {}
+        self._cache: dict[int, tuple] = {}
 
     def any_outside(self, fds) -> bool:
-        """True if any of ``fds`` may receive from outside the process."""
+        """True if any of ``fds`` may receive from outside the process.
+        ``fds``: {descriptor: selectors events}, or descriptors (watched
+        for both)."""
         if not _PROC:
             return bool(fds)
         if not fds:
             return False
+        if not isinstance(fds, dict):
+            fds = dict.fromkeys(fds, _READ | _WRITE)
         cache = self._cache
         connections: list = []  # this process's TCP sockets, read once if needed
-        for fd in fds:
+        for fd, events in fds.items():
             try:
                 st = os.fstat(fd)
             except OSError:
@@ -199,12 +280,21 @@ class Peers:
                 return True
             hit = cache.get(fd)
             if hit is None or hit[0] != st.st_ino:
-                inside, final = _classify(fd, connections)
+                answer = _classify(fd, connections)
+                inside, final = answer[0], answer[1]
+                peer = None
+                if len(answer) > 2:
+                    try:
+                        peer = (answer[2], os.fstat(answer[2]).st_ino)
+                    except OSError:
+                        inside = final = False
                 if final:
-                    cache[fd] = (st.st_ino, inside)
+                    cache[fd] = (st.st_ino, inside, peer)
             else:
-                inside = hit[1]
+                inside, peer = hit[1], hit[2]
             if not inside:
                 return True
+            if peer is not None and not _quiet(fd, events, peer):
+                return True  # something on its way: not this round
         # Every one is inside, unless a child process could share them.
         return has_children()

@@ -296,6 +296,23 @@ def load(path: str) -> dict:
     return {k: v for k, v in saved.items() if k in SUITES and isinstance(v, dict) and "row" in v}
 
 
+def save(results: dict, out: str, rounds: int) -> dict:
+    """Merge these results into <out>/virtual_suites.json; returns every saved suite."""
+    table = summarize(results)
+    path = os.path.join(out, "virtual_suites.json")
+    saved = load(path)
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for suite, row in table.items():  # a suite run again replaces its row, the others stay
+        if row:
+            saved[suite] = {"row": row, "rounds": rounds, "python": sys.version.split()[0],
+                            "commit": commit, "when": stamp}  # fmt: skip
+    with open(path, "w") as f:
+        json.dump(saved, f, indent=1)
+    return saved
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--suite", action="append", choices=list(SUITES), help="default: all")
@@ -334,18 +351,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[virtual_suites] round {r + 1}/{rounds} {suite:10} {mode:8} "
                       f"{res['wall']:6.1f} s  {n} passed  exit {res['rc']}  "
                       f"load {res['load']:.1f}", file=sys.stderr, flush=True)  # fmt: skip
-    table = summarize(results)
-    path = os.path.join(out, "virtual_suites.json")
-    saved = load(path)
-    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    for suite, row in table.items():  # a suite run again replaces its row, the others stay
-        saved[suite] = {"row": row, "rounds": rounds, "python": sys.version.split()[0],
-                        "commit": commit, "when": stamp}  # fmt: skip
-    with open(path, "w") as f:
-        json.dump(saved, f, indent=1)
-    print(f"[virtual_suites] {time.monotonic() - t0:.0f} s; results in {path}", file=sys.stderr)
+        if r + 1 < rounds:  # a run cut short keeps the rounds it finished
+            save(results, out, r + 1)
+    saved = save(results, out, rounds)
+    print(f"[virtual_suites] {time.monotonic() - t0:.0f} s; results in {out}", file=sys.stderr)
     table = {s: saved[s]["row"] for s in SUITES if s in saved}
     print(markdown(table))
     return 0

@@ -9,7 +9,8 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
-  warnings macos-check stubtest dist test-installed test-sdist real-bugs forky parity-forky \
+  warnings macos-check stubtest dist test-installed test-sdist real-bugs virtual-suites forky \
+  parity-forky \
   bench-forky virtual-aiohttp
 
 build:
@@ -165,6 +166,15 @@ fmt:
 real-bugs: build
 	$(PYTHON) -m pytest -q -m real_bugs tests/test_real_bugs.py
 	$(PYTHON) -m examples.real_bugs
+
+# Five real libraries' suites (benchmarks/virtual_suites.py) from their sdists:
+# every test passing on the stock loop passes under `pytest --virtual-time`
+# (tests/test_virtual_suites.py), then the benchmark: stock, virtual time,
+# looptime, timeless_loop, best of 3 (about 15 minutes; venvs cached in
+# ~/.cache/pywheel-virtual-suites).
+virtual-suites: build
+	$(PYTHON) -m pytest -q -p no:cacheprovider -m virtual_suites tests/test_virtual_suites.py
+	$(PYTHON) -m benchmarks.virtual_suites
 
 clean:
 	rm -rf build dist *.egg-info pywheel/*.so

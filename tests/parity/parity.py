@@ -31,18 +31,26 @@ hour and a half; suites run one after another.  Not part of pytest's run.
 from __future__ import annotations
 
 import argparse
-import fcntl
-import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
 import time
-import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from benchmarks.sdists import (  # noqa: E402  (the tree, not an installed copy)
+    AIOHTTP_ENV,
+    AIOHTTP_SELECT,
+    AIOHTTP_TEST_DEPS,
+    find_python,
+    junit_outcomes,
+    link_pywheel,
+    make_venv,
+    node_id,
+    sdist_dir,
+)
+
 SITE = os.path.join(ROOT, "tests", "parity", "site")
 CPYTHON_RUNNER = os.path.join(ROOT, "tests", "parity", "cpython_suite.py")
 PYTHONS = ["3.11", "3.12", "3.13", "3.14", "3.15"]
@@ -114,27 +122,14 @@ SUITES = {
     },
     "aiohttp": {
         "sdist": AIOHTTP,
-        "env": {"AIOHTTP_NO_EXTENSIONS": "1"},
-        "deps": [
-            "pytest>=8.4",
-            "pytest-mock",
-            "pytest-timeout",
-            "freezegun",
-            "trustme",
-            "blockbuster",
-            "isal",
-            "zlib-ng",
-            "proxy.py>=2.4.4rc5",
-            "re-assert",
-            "coverage",  # its filterwarnings name a coverage warning class
-        ],
+        "env": AIOHTTP_ENV,
+        "deps": ["pytest>=8.4", *AIOHTTP_TEST_DEPS],
         # aiohttp's addopts want xdist and coverage: replaced by the essentials.
         "args": [
             "-o",
             "addopts=",
             "--strict-markers",
-            "-m",
-            "not dev_mode and not autobahn and not internal",
+            *AIOHTTP_SELECT,
             *[os.path.join("tests", f) for f in AIOHTTP_FILES],
         ],
     },
@@ -145,117 +140,15 @@ def log(msg: str) -> None:
     print(f"[parity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def find_python(version: str) -> str | None:
-    pyenv = os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")
-    candidates = sorted(glob.glob(pyenv))[::-1] + [shutil.which(f"python{version}")]
-    for exe in candidates:  # a pyenv shim may exist for a version it cannot run
-        if exe and subprocess.run([exe, "-c", ""], capture_output=True).returncode == 0:
-            return exe
-    return None
-
-
-def sh(cmd: list[str], **kw) -> None:
-    subprocess.run(cmd, check=True, **kw)
-
-
-def sdist_dir(cache: str, spec: str) -> str:
-    """The extracted sdist of spec ("name==version"), downloaded once."""
-    name, version = spec.split("==")
-    dl = os.path.join(cache, "sdists")
-    os.makedirs(dl, exist_ok=True)
-    pattern = os.path.join(dl, f"{name.replace('-', '_')}-{version}.tar.gz")
-    alt = os.path.join(dl, f"{name}-{version}.tar.gz")
-    if not (os.path.exists(pattern) or os.path.exists(alt)):
-        sh([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
-            spec, "-d", dl])  # fmt: skip
-    archive = pattern if os.path.exists(pattern) else alt
-    src = os.path.join(cache, "src")
-    target = os.path.join(src, os.path.basename(archive)[: -len(".tar.gz")])
-    if not os.path.isdir(target):
-        os.makedirs(src, exist_ok=True)
-        with tarfile.open(archive) as tf:
-            tf.extractall(src, filter="data")
-    return target
-
-
-def build_extension(py: str) -> None:
-    """pywheel's extension for this Python, built in place if missing."""
-    tag = subprocess.run(
-        [py, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    if os.path.exists(os.path.join(ROOT, "pywheel", "_core" + tag)):
-        return
-    with open("/tmp/pywheel-build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        sh([py, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT)
-
-
 def venv(cache: str, version: str, suite: str) -> str:
-    """A venv for one suite on one Python, with pywheel from this checkout."""
-    path = os.path.join(cache, "venv", f"{version}-{suite}")
-    py = os.path.join(path, "bin", "python")
-    stamp = os.path.join(path, ".ready")
+    """A venv for one suite on one Python, with pywheel from this checkout
+    (without its pytest plugin: the suites run as they are)."""
     spec = SUITES[suite]
-    if not os.path.exists(stamp):
-        base = find_python(version)
-        log(f"creating {path}")
-        sh([base, "-m", "venv", "--clear", path])
-        deps = ["setuptools", *spec["deps"]]
-        sh([py, "-m", "pip", "install", "-q", *deps])
-        if spec["sdist"]:
-            env = dict(os.environ, **spec.get("env", {}))
-            sh([py, "-m", "pip", "install", "-q", sdist_dir(cache, spec["sdist"])], env=env)
-        open(stamp, "w").close()
-    # pywheel through a folder that holds only a link to the package: the
-    # checkout itself would also expose its egg-info, whose pytest11 entry
-    # point would load pywheel's pytest plugin into the suites.
-    link_dir = os.path.join(cache, "pywheel-only")
-    os.makedirs(link_dir, exist_ok=True)
-    link = os.path.join(link_dir, "pywheel")
-    if os.path.realpath(link) != os.path.join(ROOT, "pywheel"):
-        if os.path.lexists(link):
-            os.remove(link)
-        os.symlink(os.path.join(ROOT, "pywheel"), link)
-    site = subprocess.run(
-        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    with open(os.path.join(site, "pywheel-checkout.pth"), "w") as f:
-        f.write(link_dir + "\n")
-    build_extension(py)
+    sdist = sdist_dir(cache, spec["sdist"]) if spec["sdist"] else None
+    path = os.path.join(cache, "venv", f"{version}-{suite}")
+    py = make_venv(path, find_python(version), spec["deps"], sdist, spec.get("env"))
+    link_pywheel(cache, py)
     return py
-
-
-def junit_outcomes(path: str) -> dict[str, str]:
-    outcomes: dict[str, str] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        tid = f"{case.get('classname')}::{case.get('name')}"
-        tags = {child.tag for child in case}
-        if "failure" in tags:
-            outcome = "fail"
-        elif "error" in tags:
-            # an error in teardown after a pass is reported as a second entry
-            outcome = "error"
-        elif "skipped" in tags:
-            outcome = "skip"
-        else:
-            outcome = "pass"
-        if outcomes.get(tid) in ("fail", "error"):
-            continue
-        outcomes[tid] = outcome
-    return outcomes
-
-
-def node_id(src: str, tid: str) -> str:
-    """pytest's node id for a junit "classname::name" id."""
-    classname, name = tid.split("::", 1)
-    parts = classname.split(".")
-    for k in range(len(parts), 0, -1):
-        path = "/".join(parts[:k]) + ".py"
-        if os.path.exists(os.path.join(src, path)):
-            return "::".join([path, *parts[k:], name])
-    return tid
 
 
 def run_one(cache, out, version, suite, loop, timeout, only=None, tag="") -> None:

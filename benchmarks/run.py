@@ -12,12 +12,13 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from . import http_loops as H
 from . import peers as P
 from . import report
 from . import workloads as W
 from .util import Progress, machine, mem_available
 
-WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "wakeups", "stress"]
+WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "wakeups", "stress", "http"]
 
 
 def _parse_ns(text: str) -> list[int]:
@@ -157,6 +158,11 @@ def build_plan(
         for name in W.STRESS_PEERS:
             if ok(name):
                 plan.append((f"stress {name}", lambda nm=name: W.stress_unit(nm, cfg)))
+
+    if "http" in only:  # benchmarks/http_loops.py: aiohttp on loopback, a process per loop
+        loops = [n for n in H.LOOPS if impls is None or n in impls]
+        if loops:
+            plan.append(("http (aiohttp)", lambda: H.http_unit(cfg.mode, loops, notes)))
     return plan
 
 

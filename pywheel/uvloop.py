@@ -94,9 +94,23 @@ class Loop(_uvloop.Loop):
     def call_later(self, delay, callback, *args, context=None):
         if delay is None:
             raise TypeError("delay must not be None")
-        timer = self.call_at(_uv_time(self) + delay, callback, *args, context=context)
-        if self._pw_debug and timer._source_traceback:
-            del timer._source_traceback[-1]
+        when = _uv_time(self) + delay
+        if self._pw_debug:
+            timer = self.call_at(when, callback, *args, context=context)
+            if timer._source_traceback:
+                del timer._source_traceback[-1]
+            return timer
+        # call_at's body, inlined: a Python call less on the hot path.
+        try:
+            timer = self._wheel.call_at(when, callback, *args, context=context)
+        except OverflowError:
+            timer = self._call_never(when, callback, args, context)
+        except RuntimeError:
+            if self._closed:
+                raise RuntimeError("Event loop is closed") from None
+            raise
+        if when < self._uv_when:
+            self._arm(when)
         return timer
 
     def call_at(self, when, callback, *args, context=None):

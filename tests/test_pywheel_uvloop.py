@@ -175,7 +175,7 @@ async def _sleep_timeout_wait_for_program():
         finished, pending = await asyncio.wait(sleeps, return_when=asyncio.FIRST_COMPLETED)
         for t in pending:
             t.cancel()
-        done("wait", [t.result() for t in finished], 0.01)
+        done("wait", min(t.result() for t in finished), 0.01)
 
     await asyncio.gather(
         *[sleeper(i, d) for i, d in enumerate([0.03, 0.01, 0.05, 0.02, 0.04, 0])],

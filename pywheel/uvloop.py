@@ -74,7 +74,7 @@ class Loop(_uvloop.Loop):
         self._wheel._stock_handles()
         # The libuv timer armed for the wheel (a uvloop TimerHandle), the
         # loop.time() it fires at (inf: none; -inf: a run is queued instead).
-        self._uv_timer = None
+        self._uv_timer: Any = None
         self._uv_fires = _inf
         # What call_at compares a deadline with: _uv_fires, or -inf while a
         # run of the wheel is queued (nothing to arm then).
@@ -83,7 +83,7 @@ class Loop(_uvloop.Loop):
         self._current_handle = None  # debug mode, as asyncio's loops
         self._pw_debug = False  # uvloop's _debug, which Python cannot read
         super().__init__()
-        self._wheel.set_exception_handler(_pwa._TimerErrorForwarder(self))
+        self._wheel.set_exception_handler(_pwa._TimerErrorForwarder(self))  # type: ignore[arg-type]
 
     @property
     def wheel(self) -> _core.ManualWheel:
@@ -106,7 +106,7 @@ class Loop(_uvloop.Loop):
         except OverflowError:
             timer = self._call_never(when, callback, args, context)
         except RuntimeError:
-            if self._closed:
+            if self.is_closed():
                 raise RuntimeError("Event loop is closed") from None
             raise
         if when < self._uv_when:
@@ -123,7 +123,7 @@ class Loop(_uvloop.Loop):
         except OverflowError:
             timer = self._call_never(when, callback, args, context)
         except RuntimeError:
-            if self._closed:  # the wheel closes with the loop: uvloop's words
+            if self.is_closed():  # the wheel closes with the loop: uvloop's words
                 raise RuntimeError("Event loop is closed") from None
             raise
         if when < self._uv_when:
@@ -133,7 +133,7 @@ class Loop(_uvloop.Loop):
     def _call_at_debug(self, when, callback, args, context):
         """Debug mode: uvloop's thread check, asyncio's callback checks, and
         an asyncio.TimerHandle run from the wheel by WheelEventLoop's code."""
-        if self._closed:
+        if self.is_closed():
             raise RuntimeError("Event loop is closed")
         if self.is_running() and _events._get_running_loop() is not self:
             raise RuntimeError(
@@ -213,7 +213,7 @@ class Loop(_uvloop.Loop):
             wheel.run_due(now if now > wheel.time() else wheel.time())
         finally:
             nxt = wheel.next_when()
-            if nxt is not None and nxt < self._uv_when and not self._closed:
+            if nxt is not None and nxt < self._uv_when and not self.is_closed():
                 self._arm(nxt)
 
     def set_debug(self, enabled: bool) -> None:

@@ -475,6 +475,20 @@ def test_bad_arguments_as_uvloop(name):
         loop.close()
 
 
+@needs_uvloop
+def test_non_callable_refused_at_scheduling():
+    """A difference (README): uvloop takes it and fails when the timer runs."""
+    loop = pwu.Loop()
+    try:
+        with pytest.raises(TypeError):
+            loop.call_later(0.01, 5)
+        with pytest.raises(TypeError):
+            loop.call_at(loop.time() + 0.01, "not callable")
+        assert len(loop.wheel) == 0
+    finally:
+        loop.close()
+
+
 # ---- closing, errors, context, debug -----------------------------------------------
 
 

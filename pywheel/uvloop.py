@@ -105,6 +105,7 @@ class Loop(_uvloop.Loop):
             timer = self._wheel.call_at(when, callback, *args, context=context)
         except OverflowError:
             timer = self._call_never(when, callback, args, context)
+            when = timer.when()  # inf: nothing to arm; -inf: due now
         except RuntimeError:
             if self.is_closed():
                 raise RuntimeError("Event loop is closed") from None
@@ -122,6 +123,7 @@ class Loop(_uvloop.Loop):
             timer = self._wheel.call_at(when, callback, *args, context=context)
         except OverflowError:
             timer = self._call_never(when, callback, args, context)
+            when = timer.when()  # inf: nothing to arm; -inf: due now
         except RuntimeError:
             if self.is_closed():  # the wheel closes with the loop: uvloop's words
                 raise RuntimeError("Event loop is closed") from None

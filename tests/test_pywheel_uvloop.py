@@ -449,6 +449,7 @@ def test_far_and_infinite_deadlines_wait():
     try:
         h1 = loop.call_later(float("inf"), ran.append, 1)
         h2 = loop.call_at(1e300, ran.append, 2)  # beyond the wheel's clock
+        assert loop._uv_timer is None  # nothing to wake for
         loop.call_at(-1e300, ran.append, 3)  # far past: runs now
         loop.run_until_complete(asyncio.sleep(0.01))
         assert ran == [3]

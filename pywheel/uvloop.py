@@ -270,9 +270,9 @@ def _make_policy() -> type:
 
 def _install() -> None:
     """uvloop.install(): make the policy pywheel.uvloop's (deprecated)."""
-    policy = _lazy("EventLoopPolicy", stacklevel=4)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # install() itself said it is deprecated
         warnings.simplefilter("ignore", DeprecationWarning)
+        policy = _lazy("EventLoopPolicy")
         asyncio.set_event_loop_policy(policy())
 
 

@@ -9,7 +9,8 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
-  warnings stubtest dist test-installed test-sdist real-bugs forky parity-forky bench-forky
+  warnings stubtest dist test-installed test-sdist real-bugs forky parity-forky bench-forky \
+  parity-uvloop
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -110,6 +111,10 @@ demo: build
 # About half an hour; downloads and venvs go to ~/.cache/pywheel-parity.
 parity: build
 	$(PYTHON) tests/parity/parity.py
+
+# The same suites on uvloop and on pywheel.uvloop (uvloop, from PyPI, is the oracle).
+parity-uvloop: build
+	$(PYTHON) tests/parity/parity.py --uvloop
 
 # The full side-by-side run (tens of minutes); --quick takes about a minute.
 bench: build

@@ -10,8 +10,7 @@ LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
   warnings macos-check stubtest dist test-installed test-sdist real-bugs virtual-suites forky \
-  parity-forky \
-  bench-forky virtual-aiohttp
+  parity-forky bench-forky virtual-aiohttp parity-uvloop
 
 build:
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -145,6 +144,10 @@ parity: build
 virtual-aiohttp: build
 	$(PYTHON) -m pip install -q aiohttp
 	$(PYTHON) -m pytest -q tests/test_virtual_time_aiohttp.py
+
+# The same suites on uvloop and on pywheel.uvloop (uvloop, from PyPI, is the oracle).
+parity-uvloop: build
+	$(PYTHON) tests/parity/parity.py --uvloop
 
 # The full side-by-side run (tens of minutes); --quick takes about a minute.
 bench: build

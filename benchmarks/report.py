@@ -636,6 +636,11 @@ def markdown(doc: dict) -> str:
         ]
 
     parts += loops.markdown(rec, _fmt)
+    http = {r["impl"]: r for r in rec if r.get("workload") == "http"}
+    if http:  # benchmarks/http_loops.py
+        from .http_loops import markdown as http_markdown
+
+        parts += ["## HTTP server (aiohttp on loopback)", "", http_markdown(http, []), ""]
 
     if doc.get("notes"):
         parts += ["## Notes", ""] + [f"- {x}" for x in doc["notes"]] + [""]

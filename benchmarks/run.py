@@ -12,13 +12,25 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from . import http_loops as H
 from . import loops as L
 from . import peers as P
 from . import report
 from . import workloads as W
 from .util import Progress, machine, mem_available
 
-WORKLOADS = ["ops", "fire", "gc", "memory", "lateness", "idle", "wakeups", "stress", "loops"]
+WORKLOADS = [
+    "ops",
+    "fire",
+    "gc",
+    "memory",
+    "lateness",
+    "idle",
+    "wakeups",
+    "stress",
+    "loops",
+    "http",
+]
 
 
 def _parse_ns(text: str) -> list[int]:
@@ -162,6 +174,10 @@ def build_plan(
     if "loops" in only:
         plan += L.plan(cfg, ok)
         notes.extend(L.unavailable_notes())
+    if "http" in only:  # benchmarks/http_loops.py: aiohttp on loopback, a process per loop
+        loops = [n for n in H.LOOPS if impls is None or n in impls]
+        if loops:
+            plan.append(("http (aiohttp)", lambda: H.http_unit(cfg.mode, loops, notes)))
     return plan
 
 

@@ -17,6 +17,15 @@ reported as not proven).  A test counts against pywheel when it passed on
 stock and did not pass on the wheel loop; what fails on both (no IPv6, no
 network) cancels out.
 
+``--uvloop`` runs the same suites on uvloop and on pywheel.uvloop instead
+(PYWHEEL_PARITY_LOOP=uvloop / pywheel-uvloop: every loop asyncio makes, and
+every SelectorEventLoop made by name, is then a uvloop.Loop, or a
+pywheel.uvloop.Loop), with uvloop from PyPI in the suite's venv; the oracle is
+uvloop: a test counts against pywheel.uvloop when it passed on uvloop and did
+not pass on pywheel.uvloop (uvloop fails many of CPython's tests itself).
+
+    python tests/parity/parity.py --uvloop --suite cpython --python 3.12
+
 Everything downloaded or built lives in --cache (default
 ~/.cache/pywheel-parity): sdists (``pip download --no-binary :all:``), one venv
 per Python and suite with the suite's test dependencies from PyPI, and pywheel
@@ -49,11 +58,16 @@ from benchmarks.sdists import (  # noqa: E402  (the tree, not an installed copy)
     make_venv,
     node_id,
     sdist_dir,
+    sh,
 )
 
 SITE = os.path.join(ROOT, "tests", "parity", "site")
 CPYTHON_RUNNER = os.path.join(ROOT, "tests", "parity", "cpython_suite.py")
 PYTHONS = ["3.11", "3.12", "3.13", "3.14", "3.15"]
+# (oracle, candidate): the loop a suite is judged on and the one it is compared with.
+PAIRS = {"wheel": ("stock", "wheel"), "uvloop": ("uvloop", "pywheel-uvloop")}
+LOOPS = [loop for pair in PAIRS.values() for loop in pair]
+UVLOOP = "uvloop>=0.21"
 
 ANYIO = "anyio==4.16.0"
 PYTEST_ASYNCIO = "pytest-asyncio==1.5.0"
@@ -140,13 +154,16 @@ def log(msg: str) -> None:
     print(f"[parity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def venv(cache: str, version: str, suite: str) -> str:
+def venv(cache: str, version: str, suite: str, uvloop: bool = False) -> str:
     """A venv for one suite on one Python, with pywheel from this checkout
-    (without its pytest plugin: the suites run as they are)."""
+    (without its pytest plugin: the suites run as they are), and uvloop from
+    PyPI when asked."""
     spec = SUITES[suite]
     sdist = sdist_dir(cache, spec["sdist"]) if spec["sdist"] else None
     path = os.path.join(cache, "venv", f"{version}-{suite}")
     py = make_venv(path, find_python(version), spec["deps"], sdist, spec.get("env"))
+    if uvloop and subprocess.run([py, "-c", "import uvloop"], capture_output=True).returncode:
+        sh([py, "-m", "pip", "install", "-q", UVLOOP])
     link_pywheel(cache, py)
     return py
 
@@ -154,7 +171,7 @@ def venv(cache: str, version: str, suite: str) -> str:
 def run_one(cache, out, version, suite, loop, timeout, only=None, tag="") -> None:
     """One suite on one loop; with `only`, just those tests (ids as in the
     outcome files), into files named with `tag`."""
-    py = venv(cache, version, suite)
+    py = venv(cache, version, suite, uvloop="uvloop" in loop)
     name = f"{suite}-{version}-{loop}{tag}"
     result = os.path.join(out, name + ".json")
     logf = os.path.join(out, name + ".log")
@@ -195,27 +212,29 @@ def run_one(cache, out, version, suite, loop, timeout, only=None, tag="") -> Non
     log(f"{name}: exit {rc} after {time.monotonic() - t0:.0f}s")
 
 
-def lost_tests(out: str, name: str, tag: str = "") -> list[str] | None:
-    """Tests that passed on stock and not on the wheel loop."""
-    stock = load(out, f"{name}-stock{tag}")
-    wheel = load(out, f"{name}-wheel{tag}")
+def lost_tests(out: str, name: str, tag: str = "", pair: str = "wheel") -> list[str] | None:
+    """Tests that passed on the pair's oracle (stock) and not on its
+    candidate (the wheel loop)."""
+    oracle, candidate = PAIRS[pair]
+    stock = load(out, f"{name}-{oracle}{tag}")
+    wheel = load(out, f"{name}-{candidate}{tag}")
     if stock is None or wheel is None:
         return None
     return sorted(t for t, o in stock.items() if o == "pass" and wheel.get(t) != "pass")
 
 
-def confirm(cache, out, version, suite, timeout) -> None:
+def confirm(cache, out, version, suite, timeout, pair: str = "wheel") -> None:
     """Runs the tests that passed on stock and not on the wheel loop again,
     alone, on both: what another test left behind (an unclosed socket's
     ResourceWarning, raised at whichever test the collector runs in) does
     not count against either loop."""
-    lost = lost_tests(out, f"{suite}-{version}")
-    for loop in ("stock", "wheel"):
+    lost = lost_tests(out, f"{suite}-{version}", pair=pair)
+    for loop in PAIRS[pair]:
         path = os.path.join(out, f"{suite}-{version}-{loop}-confirm.json")
         if os.path.exists(path):
             os.remove(path)
     if lost and len(lost) <= 100:
-        for loop in ("stock", "wheel"):
+        for loop in PAIRS[pair]:
             run_one(cache, out, version, suite, loop, timeout, only=lost, tag="-confirm")
 
 
@@ -235,24 +254,32 @@ def loops_made(out: str, name: str) -> int:
         return sum(int(line.split()[1]) for line in f if line.strip())
 
 
-def report(out: str, runs: list[tuple[str, str]]) -> str:
+REPORT_NAMES = {
+    "wheel": ("stock", "WheelEventLoop", "pywheel"),
+    "uvloop": ("uvloop", "pywheel.uvloop", "pywheel.uvloop"),
+}
+
+
+def report(out: str, runs: list[tuple[str, str]], pair: str = "wheel") -> str:
+    oracle, candidate = PAIRS[pair]
+    o_name, c_name, short = REPORT_NAMES[pair]
     rows = [
-        "| suite | Python | stock pass | WheelEventLoop pass | pass on stock, not on pywheel "
-        "| WheelEventLoops made |",
+        f"| suite | Python | {o_name} pass | {c_name} pass | pass on {o_name}, not on {short} "
+        f"| {c_name} loops made |",
         "|---|---|---|---|---|---|",
     ]
     details = []
     for suite, version in runs:
-        stock = load(out, f"{suite}-{version}-stock")
-        wheel = load(out, f"{suite}-{version}-wheel")
+        stock = load(out, f"{suite}-{version}-{oracle}")
+        wheel = load(out, f"{suite}-{version}-{candidate}")
         if stock is None or wheel is None:
             rows.append(f"| {suite} | {version} | not run | not run | | |")
             continue
-        made = loops_made(out, f"{suite}-{version}-wheel")
+        made = loops_made(out, f"{suite}-{version}-{candidate}")
         spass = {t for t, o in stock.items() if o == "pass"}
         wpass = {t for t, o in wheel.items() if o == "pass"}
-        lost = lost_tests(out, f"{suite}-{version}")
-        confirmed = lost_tests(out, f"{suite}-{version}", "-confirm")
+        lost = lost_tests(out, f"{suite}-{version}", pair=pair)
+        confirmed = lost_tests(out, f"{suite}-{version}", "-confirm", pair=pair)
         if lost and confirmed is not None:
             gone = [t for t in lost if t not in confirmed]
             for t in gone:
@@ -266,7 +293,7 @@ def report(out: str, runs: list[tuple[str, str]]) -> str:
             details.append(f"- {suite} {version}: `{t}` ({wheel.get(t, 'not run')} on pywheel)")
     text = "\n".join(rows)
     if details:
-        text += "\n\nPassed on stock, not on WheelEventLoop (first run):\n" + "\n".join(details)
+        text += f"\n\nPassed on {o_name}, not on {c_name} (first run):\n" + "\n".join(details)
     return text + "\n"
 
 
@@ -274,7 +301,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--suite", action="append", choices=list(SUITES), help="default: all")
     ap.add_argument("--python", action="append", help="X.Y; default: every 3.11+ found")
-    ap.add_argument("--loop", action="append", choices=["stock", "wheel"], help="default: both")
+    ap.add_argument("--loop", action="append", choices=LOOPS, help="default: both of the pair")
+    ap.add_argument(
+        "--uvloop", action="store_true", help="uvloop against pywheel.uvloop, not stock/wheel"
+    )
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/pywheel-parity"))
     ap.add_argument("--out", help="default: <cache>/results")
     ap.add_argument("--timeout", type=float, default=3600, help="per run, seconds")
@@ -291,20 +321,21 @@ def main() -> int:
         # CPython's suite on every Python; the others on the first one unless asked.
         versions = pythons if (suite == "cpython" or args.python) else pythons[:1]
         runs += [(suite, v) for v in versions]
+    pair = "uvloop" if args.uvloop else "wheel"
     if args.setup:
         for suite, version in runs:
-            venv(args.cache, version, suite)
+            venv(args.cache, version, suite, uvloop=args.uvloop)
         return 0
     if args.confirm:
         for suite, version in runs:
-            confirm(args.cache, out, version, suite, args.timeout)
+            confirm(args.cache, out, version, suite, args.timeout, pair)
     elif not args.report:
         for suite, version in runs:
-            for loop in args.loop or ["stock", "wheel"]:
+            for loop in args.loop or PAIRS[pair]:
                 run_one(args.cache, out, version, suite, loop, args.timeout)
-            confirm(args.cache, out, version, suite, args.timeout)
-    text = report(out, runs)
-    with open(os.path.join(out, "report.md"), "w") as f:
+            confirm(args.cache, out, version, suite, args.timeout, pair)
+    text = report(out, runs, pair)
+    with open(os.path.join(out, "report-uvloop.md" if args.uvloop else "report.md"), "w") as f:
         f.write(text)
     print(text)
     return 0

@@ -6,27 +6,48 @@ PYWHEEL_PARITY_LOOP=wheel makes every loop made through asyncio's default
 policy (asyncio.run, asyncio.Runner, asyncio.new_event_loop, the pytest
 plugins) and every asyncio.SelectorEventLoop/EventLoop made by name a
 WheelEventLoop.
+PYWHEEL_PARITY_LOOP=uvloop and =pywheel-uvloop do the same with uvloop.Loop
+and pywheel.uvloop.Loop (both through a subclass that takes, and ignores,
+SelectorEventLoop's selector argument, so the two sides differ only in the
+base class).
 Each process that made one appends "<pid> <count>" to the file named by
 PYWHEEL_PARITY_COUNT at exit: the harness's proof that the swap happened.
 """
 
 import os
 
-if os.environ.get("PYWHEEL_PARITY_LOOP") == "wheel":
+_LOOP = os.environ.get("PYWHEEL_PARITY_LOOP")
+
+if _LOOP in ("wheel", "uvloop", "pywheel-uvloop"):
     import asyncio
     import atexit
     import warnings
 
-    import pywheel.asyncio as _pwa
-
     _made = [0]
-    _init = _pwa.WheelEventLoop.__init__
 
-    def _counting_init(self, *args, **kwargs):
-        _made[0] += 1
-        _init(self, *args, **kwargs)
+    if _LOOP == "wheel":
+        import pywheel.asyncio as _pwa
 
-    _pwa.WheelEventLoop.__init__ = _counting_init
+        _init = _pwa.WheelEventLoop.__init__
+
+        def _counting_init(self, *args, **kwargs):
+            _made[0] += 1
+            _init(self, *args, **kwargs)
+
+        _pwa.WheelEventLoop.__init__ = _counting_init
+        _factory = _pwa.WheelEventLoop
+    else:
+        if _LOOP == "uvloop":
+            from uvloop import Loop as _base
+        else:
+            from pywheel.uvloop import Loop as _base
+
+        class _ParityLoop(_base):
+            def __init__(self, selector=None):
+                _made[0] += 1
+                super().__init__()
+
+        _factory = _ParityLoop
 
     # Every policy built on asyncio's default one (asyncio.run, Runner,
     # new_event_loop, the pytest plugins, suites' own subclasses) makes its
@@ -35,10 +56,10 @@ if os.environ.get("PYWHEEL_PARITY_LOOP") == "wheel":
         warnings.simplefilter("ignore", DeprecationWarning)
         _policy = getattr(asyncio, "DefaultEventLoopPolicy", None)
     if _policy is not None:  # gone where asyncio has no policies (3.16)
-        _policy._loop_factory = _pwa.WheelEventLoop
-    asyncio.SelectorEventLoop = _pwa.WheelEventLoop
+        _policy._loop_factory = _factory
+    asyncio.SelectorEventLoop = _factory
     if hasattr(asyncio, "EventLoop"):  # 3.13's name for the default loop class
-        asyncio.EventLoop = _pwa.WheelEventLoop
+        asyncio.EventLoop = _factory
 
     def _report():
         path = os.environ.get("PYWHEEL_PARITY_COUNT")

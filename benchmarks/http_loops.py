@@ -1,0 +1,333 @@
+"""An HTTP server's timers on four loops: aiohttp on loopback.
+
+In one process per loop (so each RSS is its own), an aiohttp server and its
+clients share the loop:
+
+  idle     M keep-alive connections, each made by a raw client that sends
+           one request and then stays silent; the server holds an idle
+           (keep-alive) timeout for each (aiohttp's loop.call_at), set long
+           enough not to fire during the run.
+  traffic  C aiohttp clients, each request under a client-side timeout
+           (aiohttp's ClientTimeout, loop timers); the handler answers at
+           once under a 20 ms asyncio.timeout, except one request in 20,
+           which waits past it: the handler catches TimeoutError and answers
+           504.  Timeout lateness = loop.time() when the handler catches it
+           minus the deadline (cm.when()), what a server sees.
+
+Loops: stock (asyncio's selector loop), uvloop, wheel
+(pywheel.asyncio.WheelEventLoop), pywheel.uvloop; the optional ones skip
+with a note when not importable (aiohttp itself too).  The loops run in
+rounds, interleaved, so a busy machine slows them alike.  Reported per loop:
+requests/s (median over rounds), timeout lateness p50/p99 in ms (over every
+round), RSS in MiB after the idle connections are up and its growth over
+them (per connection), and the ratios to uvloop.
+
+    python -m benchmarks.http_loops [--quick] [--rounds R] [--idle M] [--json FILE]
+
+--quick: 1,000 idle connections, 2 s of traffic, 2 rounds.  The default is
+100,000 idle connections (the issue's figure), capped by the file-descriptor
+limit (two per connection, both ends being in the process), and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+LOOPS = ["stock", "uvloop", "wheel", "pywheel.uvloop"]
+REQ_TIMEOUT = 0.020  # the handler's asyncio.timeout
+SLOW_EVERY = 20  # one request in this many waits past it
+IDLE_TIMEOUT = 3600.0  # aiohttp's keep-alive timeout: never fires here
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def unavailable(name: str) -> str | None:
+    """Why a loop cannot run here, or None."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return "aiohttp not importable (pip install aiohttp)"
+    if "uvloop" in name:
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            return "uvloop not importable (pip install 'pywheel[uvloop]')"
+    return None
+
+
+def new_loop(name: str) -> asyncio.AbstractEventLoop:
+    if name == "stock":
+        return asyncio.SelectorEventLoop()
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    if name == "wheel":
+        import pywheel.asyncio
+
+        return pywheel.asyncio.new_event_loop()
+    from pywheel import uvloop as pwu
+
+    return pwu.new_event_loop()
+
+
+def max_idle() -> int:
+    """Idle connections the descriptor limit allows (both ends are here)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return max(0, (soft - 1000) // 2)
+
+
+async def _child_main(idle: int, secs: float, clients: int) -> dict:
+    import aiohttp
+    from aiohttp import web
+
+    loop = asyncio.get_running_loop()
+    lateness: list[float] = []
+    count = [0]
+
+    async def handle(request: web.Request) -> web.Response:
+        slow = request.query.get("slow") == "1"
+        try:
+            async with asyncio.timeout(REQ_TIMEOUT) as cm:
+                if slow:
+                    await asyncio.sleep(1)
+            return web.Response(text="ok")
+        except TimeoutError:
+            lateness.append(loop.time() - cm.when())
+            return web.Response(status=504, text="late")
+
+    app = web.Application()
+    app.router.add_get("/", handle)
+    runner = web.AppRunner(app, keepalive_timeout=IDLE_TIMEOUT, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+
+    rss0 = _rss()
+    request = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    idle_conns = []
+    sem = asyncio.Semaphore(200)
+
+    async def open_idle():
+        async with sem:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            await reader.readuntil(b"ok")
+            idle_conns.append(writer)
+
+    t0 = time.monotonic()
+    await asyncio.gather(*[open_idle() for _ in range(idle)])
+    setup_s = time.monotonic() - t0
+    await asyncio.sleep(0.2)
+    rss_idle = _rss()
+
+    timeout = aiohttp.ClientTimeout(total=5)
+    stop = loop.time() + secs
+    errors = [0]
+
+    async def client(session, k):
+        i = k
+        while loop.time() < stop:
+            i += 1
+            slow = "1" if i % SLOW_EVERY == 0 else "0"
+            try:
+                async with session.get(
+                    f"http://127.0.0.1:{port}/?slow={slow}", timeout=timeout
+                ) as resp:
+                    await resp.read()
+                count[0] += 1
+            except (aiohttp.ClientError, TimeoutError):
+                errors[0] += 1
+
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        t0 = time.monotonic()
+        await asyncio.gather(*[client(session, k) for k in range(clients)])
+        elapsed = time.monotonic() - t0
+    rss_end = _rss()
+    for w in idle_conns:
+        w.close()
+    await runner.cleanup()
+    return {
+        "requests_s": count[0] / elapsed,
+        "requests": count[0],
+        "errors": errors[0],
+        "lateness_s": lateness,
+        "idle": idle,
+        "idle_setup_s": setup_s,
+        "rss_base": rss0,
+        "rss_idle": rss_idle,
+        "rss_end": rss_end,
+    }
+
+
+def child(name: str, idle: int, secs: float, clients: int) -> dict:
+    max_idle()  # raises the soft descriptor limit
+    loop = new_loop(name)
+    try:
+        return loop.run_until_complete(_child_main(idle, secs, clients))
+    finally:
+        loop.close()
+
+
+def run_child(name: str, idle: int, secs: float, clients: int) -> dict:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (
+        "import json, sys; from benchmarks.http_loops import child; "
+        f"print(json.dumps(child({name!r}, {idle}, {secs}, {clients})))"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600 + idle / 100,
+        env=env,
+    )
+    if proc.returncode:
+        raise RuntimeError(f"{name}: child failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def summarize(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    out = {}
+    for name, rs in runs.items():
+        late = [x for r in rs for x in r["lateness_s"]]
+        idle = rs[0]["idle"]
+        growth = statistics.median(r["rss_idle"] - r["rss_base"] for r in rs)
+        out[name] = {
+            "requests_s": statistics.median(r["requests_s"] for r in rs),
+            "errors": sum(r["errors"] for r in rs),
+            "timeouts": len(late),
+            "late_p50_ms": None if not late else _pct(late, 0.5) * 1e3,
+            "late_p99_ms": None if not late else _pct(late, 0.99) * 1e3,
+            "rss_mib": statistics.median(r["rss_idle"] for r in rs) / 2**20,
+            "idle_bytes_per_conn": growth / idle if idle else None,
+            "idle": idle,
+        }
+    return out
+
+
+def markdown(summary: dict[str, dict], notes: list[str]) -> str:
+    ref = summary.get("uvloop")
+
+    def ratio(name, key):
+        if not ref or ref.get(key) in (None, 0) or summary[name].get(key) is None:
+            return ""
+        return f" ({summary[name][key] / ref[key]:.2f}x)"
+
+    def f(x, spec):
+        return "n/a" if x is None else format(x, spec)
+
+    rows = [
+        "| loop | requests/s | timeout lateness p50 / p99 (ms) | RSS (MiB) "
+        "| RSS per idle connection (B) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, s in summary.items():
+        rows.append(
+            f"| {name} | {s['requests_s']:,.0f}{ratio(name, 'requests_s')} "
+            f"| {f(s['late_p50_ms'], '.2f')} / {f(s['late_p99_ms'], '.2f')} "
+            f"| {s['rss_mib']:.1f}{ratio(name, 'rss_mib')} "
+            f"| {f(s['idle_bytes_per_conn'], ',.0f')}{ratio(name, 'idle_bytes_per_conn')} |"
+        )
+    text = "\n".join(rows)
+    if ref:
+        text += "\n\nRatios to uvloop in brackets."
+    if notes:
+        text += "\n\n" + "\n".join(f"- {n}" for n in notes)
+    return text + "\n"
+
+
+# python -m benchmarks's sizes: idle connections, seconds per round, rounds.
+MODE_SIZES = {"full": (100_000, 10.0, 5), "quick": (1000, 2.0, 2), "smoke": (20, 0.3, 1)}
+
+
+def http_unit(mode: str, loops: list[str], notes: list[str], clients: int = 50) -> list[dict]:
+    """For python -m benchmarks: one record per loop (workload "http")."""
+    idle, secs, rounds = MODE_SIZES[mode]
+    summary, more = measure(loops, idle, secs, rounds, clients)
+    notes.extend(f"http: {n}" for n in more)
+    return [{"workload": "http", "impl": name, **s} for name, s in summary.items()]
+
+
+def measure(names, idle, secs, rounds, clients):
+    """Runs the rounds; returns (summary per loop, notes)."""
+    notes: list[str] = []
+    cap = max_idle()
+    if idle > cap:
+        notes.append(
+            f"idle connections capped at {cap:,} (asked for {idle:,}): the descriptor limit "
+            f"(RLIMIT_NOFILE) allows two per connection for that many"
+        )
+        idle = cap
+    runs: dict[str, list[dict]] = {}
+    for name in names:
+        why = unavailable(name)
+        if why:
+            notes.append(f"{name}: skipped: {why}")
+        else:
+            runs[name] = []
+    for r in range(rounds):
+        for name in runs:
+            print(f"[http round {r + 1}/{rounds}] {name}", file=sys.stderr, flush=True)
+            runs[name].append(run_child(name, idle, secs, clients))
+    if runs:
+        notes.append(
+            f"{idle:,} idle keep-alive connections, {clients} clients, {secs:g} s of traffic "
+            f"per round, {rounds} rounds, one process per loop and round"
+        )
+    return summarize(runs), notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.http_loops", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="1,000 idle connections, 2 s rounds")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--idle", type=int, help="idle keep-alive connections")
+    ap.add_argument("--secs", type=float, help="seconds of traffic per round")
+    ap.add_argument("--clients", type=int, default=50, help="concurrent aiohttp clients")
+    ap.add_argument("--loops", help=f"comma list of {','.join(LOOPS)}")
+    ap.add_argument("--json", help="write the summary here")
+    args = ap.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 5)
+    idle = args.idle if args.idle is not None else (1000 if args.quick else 100_000)
+    secs = args.secs or (2.0 if args.quick else 10.0)
+    names = args.loops.split(",") if args.loops else LOOPS
+    summary, notes = measure(names, idle, secs, rounds, args.clients)
+    text = markdown(summary, notes)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"summary": summary, "notes": notes}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import threading
 import time as _time
+import weakref
 from typing import Any
 
 _get_ident = threading.get_ident
@@ -61,19 +62,25 @@ _runs = 0  # virtual runs with clocks, in every thread
 
 
 class Clocks:
-    """One loop's anchors: each clock reads ``anchor + loop._vtime``."""
+    """One loop's anchors: each clock reads ``anchor + loop._vtime``.
+
+    ``loop`` is a weak reference: the loop holds its Clocks, and a strong
+    reference back would make every VirtualEventLoop a reference cycle, alive
+    after its last use until the cyclic garbage collector runs (with its
+    wheel, selector and every object its callbacks held).  The wrappers only
+    read it while the loop runs, when the running loop is alive anyway."""
 
     __slots__ = ("loop", "mono", "perf", "wall", "mono_ns", "perf_ns", "wall_ns")
 
     def __init__(self, loop) -> None:
-        self.loop = loop
+        self.loop = weakref.ref(loop)
         inf = float("-inf")
         self.mono = self.perf = self.wall = inf
         self.mono_ns = self.perf_ns = self.wall_ns = None
 
     def _anchor(self) -> None:
         """At the start of a run: each clock reads at least its real value now."""
-        vt = self.loop._vtime
+        vt = self.loop()._vtime
         vt_ns = round(vt * 1e9)
         real = _real
         self.mono = max(self.mono, real["monotonic"]() - vt)
@@ -153,32 +160,32 @@ def active() -> bool:
 
 def monotonic() -> float:
     c = _active.get(_get_ident())
-    return _real["monotonic"]() if c is None else c.mono + c.loop._vtime
+    return _real["monotonic"]() if c is None else c.mono + c.loop()._vtime
 
 
 def monotonic_ns() -> int:
     c = _active.get(_get_ident())
-    return _real["monotonic_ns"]() if c is None else c.mono_ns + round(c.loop._vtime * 1e9)
+    return _real["monotonic_ns"]() if c is None else c.mono_ns + round(c.loop()._vtime * 1e9)
 
 
 def perf_counter() -> float:
     c = _active.get(_get_ident())
-    return _real["perf_counter"]() if c is None else c.perf + c.loop._vtime
+    return _real["perf_counter"]() if c is None else c.perf + c.loop()._vtime
 
 
 def perf_counter_ns() -> int:
     c = _active.get(_get_ident())
-    return _real["perf_counter_ns"]() if c is None else c.perf_ns + round(c.loop._vtime * 1e9)
+    return _real["perf_counter_ns"]() if c is None else c.perf_ns + round(c.loop()._vtime * 1e9)
 
 
 def time() -> float:
     c = _active.get(_get_ident())
-    return _real["time"]() if c is None else c.wall + c.loop._vtime
+    return _real["time"]() if c is None else c.wall + c.loop()._vtime
 
 
 def time_ns() -> int:
     c = _active.get(_get_ident())
-    return _real["time_ns"]() if c is None else c.wall_ns + round(c.loop._vtime * 1e9)
+    return _real["time_ns"]() if c is None else c.wall_ns + round(c.loop()._vtime * 1e9)
 
 
 def sleep(seconds: float) -> None:

@@ -627,6 +627,17 @@ class VirtualEventLoop(WheelEventLoop):
 
     def close(self) -> None:
         super().close()
+        # What a Timing adds is a reference cycle through this loop: its
+        # overrides are bound methods of the loop in its own __dict__, and the
+        # timer owners kept for naming late wake-ups are tasks, which hold
+        # their loop.  Left, they would keep the closed loop (and all it
+        # holds) for the cyclic collector.  Closed, the loop schedules nothing:
+        # the class's methods refuse as a closed loop does, and no timer is
+        # left to name.
+        self.__dict__.pop("call_at", None)
+        self.__dict__.pop("_call_soon", None)
+        if self._max_late:
+            self._timers = []
         if self._timing is not None:
             self._timing._detach(self)
 

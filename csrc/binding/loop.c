@@ -275,8 +275,7 @@ static PyObject *timers_call_at(LoopTimersObject *self, PyObject *const *args, P
   PyObject *context, *r;
   int64_t when;
   double asked = 0.0;
-  if (self->at_ok && plain_args(args, nargs, kwnames, &context) &&
-      when_of(args[0], &when, &asked))
+  if (self->at_ok && plain_args(args, nargs, kwnames, &context) && when_of(args[0], &when, &asked))
     r = schedule(self, loop, when, asked, args, nargs, context);
   else
     r = hand_over(self->py_call_at, loop, args, nargs, kwnames);

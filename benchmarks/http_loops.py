@@ -6,7 +6,11 @@ clients share the loop:
   idle     M keep-alive connections, each made by a raw client that sends
            one request and then stays silent; the server holds an idle
            (keep-alive) timeout for each (aiohttp's loop.call_at), set long
-           enough not to fire during the run.
+           enough not to fire during the run.  The raw clients run in
+           helper processes (stock asyncio, each from its own loopback
+           address in 127.0.0.0/8, so no address runs out of ports), so
+           the measured process holds one descriptor per connection, the
+           server's end, and its RSS is the server's.
   traffic  C aiohttp clients, each request under a client-side timeout
            (aiohttp's ClientTimeout, loop timers); the handler answers at
            once under a 20 ms asyncio.timeout, except one request in 20,
@@ -25,8 +29,10 @@ them (per connection), and the ratios to uvloop.
     python -m benchmarks.http_loops [--quick] [--rounds R] [--idle M] [--json FILE]
 
 --quick: 1,000 idle connections, 2 s of traffic, 2 rounds.  The default is
-100,000 idle connections (the issue's figure), capped by the file-descriptor
-limit (two per connection, both ends being in the process), and says so.
+100,000 idle connections (the issue's figure).  Every process raises its
+descriptor limit (RLIMIT_NOFILE) to /proc/sys/fs/nr_open, which needs root
+(CAP_SYS_RESOURCE); where the hard limit cannot be raised, the server's
+process holds as many as its hard limit allows, and the notes say so.
 """
 
 from __future__ import annotations
@@ -82,16 +88,99 @@ def new_loop(name: str) -> asyncio.AbstractEventLoop:
     return pwu.new_event_loop()
 
 
-def max_idle() -> int:
-    """Idle connections the descriptor limit allows (both ends are here)."""
+def raise_nofile() -> tuple[int, str | None]:
+    """Raises this process's RLIMIT_NOFILE as far as it goes: both limits
+    to fs.nr_open (the kernel's ceiling; root, with CAP_SYS_RESOURCE), else
+    the soft one to the hard one.  Returns the soft limit and, where the
+    hard one could not be raised, why (for the notes)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            ceiling = int(f.read())
+    except (OSError, ValueError):
+        ceiling = hard
+    note = None
+    if hard != resource.RLIM_INFINITY and hard < ceiling:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, ceiling))
+            return ceiling, None
+        except (ValueError, OSError) as e:
+            note = (
+                f"RLIMIT_NOFILE's hard limit {hard:,} could not be raised to fs.nr_open "
+                f"{ceiling:,} ({e}; raising it needs CAP_SYS_RESOURCE)"
+            )
     if soft < hard:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
         except (ValueError, OSError):
             pass
-    return max(0, (soft - 1000) // 2)
+    return soft, note
+
+
+def max_idle() -> tuple[int, str | None]:
+    """Idle connections the server's process can hold (one descriptor each,
+    the clients' ends being in helper processes), and the note, if any,
+    from raise_nofile."""
+    soft, note = raise_nofile()
+    return max(0, soft - 1000), note
+
+
+# One helper process holds at most this many raw idle clients (it needs a
+# descriptor each and its own limit is raised as the server's).
+def _per_holder() -> int:
+    return max(1, raise_nofile()[0] - 200)
+
+
+def _source_address(k: int) -> str:
+    """The k-th idle client's loopback address: 250 per /24 in 127.0.0.0/8
+    (never 127.0.0.1, the server's), so each address has a few hundred
+    connections at most and never runs out of ephemeral ports, however many
+    connections from earlier rounds are still in TIME_WAIT."""
+    return f"127.{1 + (k // 62_500) % 254}.{(k // 250) % 250}.{1 + k % 250}"
+
+
+def idle_holder(port: int, first: int, n: int) -> None:
+    """A helper process: opens n keep-alive connections to the server (each
+    sends one request and reads the answer), prints "ready", holds them
+    until its stdin closes, then closes them."""
+    raise_nofile()
+
+    async def main() -> None:
+        request = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        sem = asyncio.Semaphore(200)
+        conns = []
+
+        async def one(k: int) -> None:
+            async with sem:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, local_addr=(_source_address(k), 0)
+                )
+                writer.write(request)
+                await reader.readuntil(b"ok")
+                conns.append(writer)
+
+        await asyncio.gather(*[one(first + i) for i in range(n)])
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        for w in conns:
+            w.close()
+
+    asyncio.run(main())
+
+
+def _start_holders(port: int, idle: int) -> list[subprocess.Popen]:
+    per = _per_holder()
+    procs = []
+    for first in range(0, idle, per):
+        n = min(per, idle - first)
+        code = f"from benchmarks.http_loops import idle_holder; idle_holder({port}, {first}, {n})"
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+        )
+    return procs
 
 
 async def _child_main(idle: int, secs: float, clients: int) -> dict:
@@ -122,19 +211,18 @@ async def _child_main(idle: int, secs: float, clients: int) -> dict:
     port = site._server.sockets[0].getsockname()[1]
 
     rss0 = _rss()
-    request = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
-    idle_conns = []
-    sem = asyncio.Semaphore(200)
-
-    async def open_idle():
-        async with sem:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(request)
-            await reader.readuntil(b"ok")
-            idle_conns.append(writer)
-
     t0 = time.monotonic()
-    await asyncio.gather(*[open_idle() for _ in range(idle)])
+    holders = _start_holders(port, idle) if idle else []
+    try:
+        for p in holders:  # the loop serves them meanwhile
+            line = await loop.run_in_executor(None, p.stdout.readline)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"an idle-connection helper failed (exit {p.wait()})")
+    except BaseException:
+        for p in holders:
+            p.kill()
+            p.wait()
+        raise
     setup_s = time.monotonic() - t0
     await asyncio.sleep(0.2)
     rss_idle = _rss()
@@ -163,8 +251,10 @@ async def _child_main(idle: int, secs: float, clients: int) -> dict:
         await asyncio.gather(*[client(session, k) for k in range(clients)])
         elapsed = time.monotonic() - t0
     rss_end = _rss()
-    for w in idle_conns:
-        w.close()
+    for p in holders:
+        p.stdin.close()
+    for p in holders:
+        await loop.run_in_executor(None, p.wait)
     await runner.cleanup()
     return {
         "requests_s": count[0] / elapsed,
@@ -180,7 +270,7 @@ async def _child_main(idle: int, secs: float, clients: int) -> dict:
 
 
 def child(name: str, idle: int, secs: float, clients: int) -> dict:
-    max_idle()  # raises the soft descriptor limit
+    raise_nofile()
     loop = new_loop(name)
     try:
         return loop.run_until_complete(_child_main(idle, secs, clients))
@@ -280,11 +370,13 @@ def http_unit(mode: str, loops: list[str], notes: list[str], clients: int = 50) 
 def measure(names, idle, secs, rounds, clients):
     """Runs the rounds; returns (summary per loop, notes)."""
     notes: list[str] = []
-    cap = max_idle()
+    cap, why = max_idle()
+    if why:
+        notes.append(why)
     if idle > cap:
         notes.append(
-            f"idle connections capped at {cap:,} (asked for {idle:,}): the descriptor limit "
-            f"(RLIMIT_NOFILE) allows two per connection for that many"
+            f"idle connections capped at {cap:,} (asked for {idle:,}): the server's process "
+            f"needs a descriptor per connection and RLIMIT_NOFILE allows it that many"
         )
         idle = cap
     runs: dict[str, list[dict]] = {}

@@ -109,15 +109,21 @@ class ManualWheel(Wheel):
 
 @final
 class _LoopTimers:
-    """WheelEventLoop's call_later/call_at in C (pywheel.asyncio installs its
-    methods on the loop outside debug mode)."""
+    """WheelEventLoop's and pywheel.uvloop.Loop's call_later/call_at in C
+    (the loops install its methods on themselves outside debug mode).  time:
+    the loop's clock, called as time(loop) (None: time.monotonic()); arm:
+    called as arm(loop, when) after scheduling a deadline before
+    arm_below."""
 
+    arm_below: float
     def __new__(
         cls,
         wheel: ManualWheel,
         loop: object,
         call_later: Callable[..., object],
         call_at: Callable[..., object],
+        time: Callable[[Any], float] | None = None,
+        arm: Callable[[Any, float], object] | None = None,
         /,
     ) -> Self: ...
     def call_later(

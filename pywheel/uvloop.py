@@ -76,20 +76,57 @@ class Loop(_uvloop.Loop):
         # loop.time() it fires at (inf: none; -inf: a run is queued instead).
         self._uv_timer: Any = None
         self._uv_fires = _inf
-        # What call_at compares a deadline with: _uv_fires, or -inf while a
-        # run of the wheel is queued (nothing to arm then).
-        self._uv_when = _inf
+        # call_later/call_at in C (see _bind_timers), and the state they
+        # share with the Python methods: _timers.arm_below is what a new
+        # deadline is compared with -- _uv_fires, or -inf while a run of the
+        # wheel is queued (nothing to arm then) -- and _arm is called only
+        # for one before it.
+        self._timers = _core._LoopTimers(
+            self._wheel, self, Loop.call_later, Loop.call_at, _uv_time, Loop._arm
+        )
         self._run_queued = False
         self._current_handle = None  # debug mode, as asyncio's loops
         self._pw_debug = False  # uvloop's _debug, which Python cannot read
         super().__init__()
         self._wheel.set_exception_handler(_pwa._TimerErrorForwarder(self))  # type: ignore[arg-type]
+        self._bind_timers()
 
     @property
     def wheel(self) -> _core.ManualWheel:
         """The loop's wheel: ``len()`` is the number of pending timers, and
         ``stats()`` its counters."""
         return self._wheel
+
+    def _bind_timers(self) -> None:
+        """Outside debug mode, while the loop is open, call_later and
+        call_at are the C ones (``_core._LoopTimers`` with uvloop's clock and
+        _arm: the common call -- a float or int, a callable, at most
+        context= -- scheduled and compared with the armed deadline in C;
+        everything else handed to the Python methods below, so every error
+        is theirs), set on the instance; in debug mode and once closed, the
+        Python methods.  Only for a class that keeps this class's
+        call_later, call_at and _arm (a subclass's own must not be
+        shadowed); a method someone set on the instance is left alone."""
+        timers = self.__dict__.get("_timers")
+        if timers is None:  # uvloop's __init__ calls set_debug before ours ends
+            return
+        cls = type(self)
+        plain = (
+            cls.call_later is Loop.call_later
+            and cls.call_at is Loop.call_at
+            and cls._arm is Loop._arm
+        )
+        ok = plain and not self._pw_debug and not self.is_closed()
+        attrs = self.__dict__
+        for name in ("call_later", "call_at"):
+            method = getattr(timers, name)
+            current = attrs.get(name)
+            if not ok:
+                if current is not None and getattr(current, "__self__", None) is timers:
+                    del attrs[name]
+            elif current is None:
+                attrs[name] = method
+        timers._set_plain(ok, ok)
 
     def call_later(self, delay, callback, *args, context=None):
         if delay is None:
@@ -110,7 +147,7 @@ class Loop(_uvloop.Loop):
             if self.is_closed():
                 raise RuntimeError("Event loop is closed") from None
             raise
-        if when < self._uv_when:
+        if when < self._timers.arm_below:
             self._arm(when)
         return timer
 
@@ -128,7 +165,7 @@ class Loop(_uvloop.Loop):
             if self.is_closed():  # the wheel closes with the loop: uvloop's words
                 raise RuntimeError("Event loop is closed") from None
             raise
-        if when < self._uv_when:
+        if when < self._timers.arm_below:
             self._arm(when)
         return timer
 
@@ -155,7 +192,7 @@ class Loop(_uvloop.Loop):
         except OverflowError:
             timer._timer = self._call_never(when, self._run_timed, (timer,), contextvars.Context())
         when = timer._timer.when()
-        if when < self._uv_when:
+        if when < self._timers.arm_below:
             self._arm(when)
         return timer
 
@@ -188,12 +225,12 @@ class Loop(_uvloop.Loop):
         self._uv_timer = _uv_call_later(self, ms / 1000.0, self._on_uv_timer)
         self._uv_fires = fires
         if not self._run_queued:
-            self._uv_when = fires
+            self._timers.arm_below = fires
 
     def _queue_run(self) -> None:
         if not self._run_queued:
             self._run_queued = True
-            self._uv_when = -_inf
+            self._timers.arm_below = -_inf
             _uv_call_soon(self, self._run_wheel)
 
     def _on_uv_timer(self) -> None:
@@ -208,19 +245,20 @@ class Loop(_uvloop.Loop):
         what they schedule, even for a time already past, waits for the next
         loop iteration.  Then arms for the next deadline."""
         self._run_queued = False
-        self._uv_when = self._uv_fires
+        self._timers.arm_below = self._uv_fires
         wheel = self._wheel
         now = _uv_time(self)
         try:
             wheel.run_due(now if now > wheel.time() else wheel.time())
         finally:
             nxt = wheel.next_when()
-            if nxt is not None and nxt < self._uv_when and not self.is_closed():
+            if nxt is not None and nxt < self._timers.arm_below and not self.is_closed():
                 self._arm(nxt)
 
     def set_debug(self, enabled: bool) -> None:
         self._pw_debug = bool(enabled)
         super().set_debug(enabled)
+        self._bind_timers()
 
     def _timer_handle_cancelled(self, handle) -> None:
         """asyncio.TimerHandle.cancel() calls it (debug mode's handles)."""
@@ -230,6 +268,7 @@ class Loop(_uvloop.Loop):
 
     def close(self) -> None:
         super().close()
+        self._bind_timers()  # closed: the Python methods say so, as uvloop
         self._wheel.close()
 
 

@@ -32,6 +32,17 @@
  * methods, which hold this object, and a strong reference back would put
  * every loop in a cycle that only the collector frees.  A method called
  * after its loop is gone raises as a closed loop does.
+ *
+ * pywheel.uvloop.Loop uses the same object with the two optional arguments
+ * (pywheel/uvloop.py, Loop._bind_timers): `time`, the loop's clock, called
+ * as time(loop) in place of time.monotonic() (uvloop's Loop.time: libuv's
+ * millisecond clock); and `arm`, called as arm(loop, when) after a timer
+ * was scheduled whose deadline comes before `arm_below` -- the loop keeps
+ * that attribute at the deadline its one libuv timer is armed for (inf:
+ * none; -inf: a run of the wheel is queued), so the common call, a deadline
+ * after the armed one, costs no Python call at all.  The comparison and the
+ * value passed are the Python method's: the deadline asked for, inf for one
+ * that never runs, -inf for one far in the past.
  */
 #include "module.h"
 
@@ -40,6 +51,9 @@ typedef struct {
   PyObject *loop_ref;               /* weak reference to the loop */
   PyObject *py_call_later;          /* WheelEventLoop.call_later (a function) */
   PyObject *py_call_at;             /* WheelEventLoop.call_at */
+  PyObject *time_fn;                /* NULL: time.monotonic(); else time(loop) */
+  PyObject *arm_fn;                 /* NULL: nothing to arm; else arm(loop, when) */
+  double arm_below;                 /* arm_fn is called for a deadline before it */
   /* What the loop last told _set_plain (WheelEventLoop._sync_timers, on
    * every write of the attributes they depend on): call_at may take the
    * common call itself (the loop is open and not in debug mode), and so may
@@ -56,9 +70,10 @@ static int intern_names(void) {
 }
 
 static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-  PyObject *wheel, *loop, *py_later, *py_at;
+  PyObject *wheel, *loop, *py_later, *py_at, *time_fn = Py_None, *arm_fn = Py_None;
   modstate *st = state_of_type(type);
-  if (!st || !PyArg_ParseTuple(args, "OOOO:_LoopTimers", &wheel, &loop, &py_later, &py_at))
+  if (!st || !PyArg_ParseTuple(args, "OOOO|OO:_LoopTimers", &wheel, &loop, &py_later, &py_at,
+                               &time_fn, &arm_fn))
     return NULL;
   if (kw && PyDict_GET_SIZE(kw)) {
     PyErr_SetString(PyExc_TypeError, "_LoopTimers() takes no keyword arguments");
@@ -70,6 +85,11 @@ static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   }
   if (!PyCallable_Check(py_later) || !PyCallable_Check(py_at)) {
     PyErr_SetString(PyExc_TypeError, "_LoopTimers() needs the two Python methods");
+    return NULL;
+  }
+  if ((time_fn != Py_None && !PyCallable_Check(time_fn)) ||
+      (arm_fn != Py_None && !PyCallable_Check(arm_fn))) {
+    PyErr_SetString(PyExc_TypeError, "_LoopTimers(): time and arm must be callables or None");
     return NULL;
   }
   if (intern_names() < 0)
@@ -86,6 +106,9 @@ static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   self->loop_ref = ref;
   self->py_call_later = Py_NewRef(py_later);
   self->py_call_at = Py_NewRef(py_at);
+  self->time_fn = time_fn == Py_None ? NULL : Py_NewRef(time_fn);
+  self->arm_fn = arm_fn == Py_None ? NULL : Py_NewRef(arm_fn);
+  self->arm_below = INFINITY;
   return (PyObject *)self;
 }
 
@@ -95,6 +118,8 @@ static int timers_traverse(LoopTimersObject *self, visitproc visit, void *arg) {
   Py_VISIT(self->loop_ref);
   Py_VISIT(self->py_call_later);
   Py_VISIT(self->py_call_at);
+  Py_VISIT(self->time_fn);
+  Py_VISIT(self->arm_fn);
   return 0;
 }
 
@@ -103,6 +128,8 @@ static int timers_clear(LoopTimersObject *self) {
   Py_CLEAR(self->loop_ref);
   Py_CLEAR(self->py_call_later);
   Py_CLEAR(self->py_call_at);
+  Py_CLEAR(self->time_fn);
+  Py_CLEAR(self->arm_fn);
   return 0;
 }
 
@@ -188,10 +215,17 @@ static bool when_of_double(double d, int64_t *out) {
   return true;
 }
 
+/* The deadline arm() is given, as the Python method gives it to _arm: the
+ * time asked for (an int as its float, exact within the clock's range), or
+ * inf / -inf for one that never runs / runs now. */
+static double arm_when(int64_t when, double asked) {
+  return when == NEVER_NS ? INFINITY : when == PAST_NS ? -INFINITY : asked;
+}
+
 /* The same for an exact int or float argument; false for anything else. */
-static bool when_of(PyObject *o, int64_t *out) {
+static bool when_of(PyObject *o, int64_t *out, double *asked) {
   if (PyFloat_CheckExact(o))
-    return when_of_double(PyFloat_AS_DOUBLE(o), out);
+    return when_of_double(*asked = PyFloat_AS_DOUBLE(o), out);
   if (!PyLong_CheckExact(o))
     return false;
   int overflow;
@@ -204,13 +238,31 @@ static bool when_of(PyObject *o, int64_t *out) {
     *out = overflow > 0 || s > 0 ? NEVER_NS : PAST_NS; /* see when_of_double */
   else
     *out = (int64_t)s * 1000000000;
+  *asked = (double)s;
   return true;
 }
 
-static PyObject *schedule(LoopTimersObject *self, int64_t when, PyObject *const *args,
-                          Py_ssize_t nargs, PyObject *context) {
+/* Schedules, then, for a loop with a libuv timer to arm, arms it if the
+ * deadline comes before the armed one (the Python method's order: a timer
+ * scheduled stays scheduled if arm() raises). */
+static PyObject *schedule(LoopTimersObject *self, PyObject *loop, int64_t when, double asked,
+                          PyObject *const *args, Py_ssize_t nargs, PyObject *context) {
   WheelObject *w = self->wheel;
-  return pw__schedule(w, when, when < core_now_ns(w->core), 0, args, nargs, context);
+  PyObject *r = pw__schedule(w, when, when < core_now_ns(w->core), 0, args, nargs, context);
+  double at = arm_when(when, asked);
+  if (r && self->arm_fn && at < self->arm_below) {
+    PyObject *at_obj = PyFloat_FromDouble(at);
+    PyObject *done = NULL;
+    if (at_obj) {
+      PyObject *argv[2] = {loop, at_obj};
+      done = PyObject_Vectorcall(self->arm_fn, argv, 2, NULL);
+      Py_DECREF(at_obj);
+    }
+    if (!done)
+      Py_CLEAR(r);
+    Py_XDECREF(done);
+  }
+  return r;
 }
 
 static PyObject *timers_call_at(LoopTimersObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -222,8 +274,9 @@ static PyObject *timers_call_at(LoopTimersObject *self, PyObject *const *args, P
   }
   PyObject *context, *r;
   int64_t when;
-  if (self->at_ok && plain_args(args, nargs, kwnames, &context) && when_of(args[0], &when))
-    r = schedule(self, when, args, nargs, context);
+  double asked = 0.0;
+  if (self->at_ok && plain_args(args, nargs, kwnames, &context) && when_of(args[0], &when, &asked))
+    r = schedule(self, loop, when, asked, args, nargs, context);
   else
     r = hand_over(self->py_call_at, loop, args, nargs, kwnames);
   Py_DECREF(loop);
@@ -268,13 +321,53 @@ static PyObject *timers_call_later(LoopTimersObject *self, PyObject *const *args
     } else
       fast = false;
   }
-  if (fast && when_of_double(loop_time() + delay, &when))
-    r = schedule(self, when, args, nargs, context);
+  double now = 0.0;
+  if (fast && self->time_fn) {
+    /* The loop's own clock, read once, as the Python method reads it; its
+     * error is the Python method's (which reads it first as well). */
+    PyObject *t = PyObject_Vectorcall(self->time_fn, &loop, 1, NULL);
+    if (!t) {
+      Py_DECREF(loop);
+      return NULL;
+    }
+    if (PyFloat_CheckExact(t))
+      now = PyFloat_AS_DOUBLE(t);
+    else
+      fast = false; /* not uvloop's float: the Python path adds it */
+    Py_DECREF(t);
+  } else if (fast)
+    now = loop_time();
+  if (fast && when_of_double(now + delay, &when))
+    r = schedule(self, loop, when, now + delay, args, nargs, context);
   else
     r = hand_over(self->py_call_later, loop, args, nargs, kwnames);
   Py_DECREF(loop);
   return r;
 }
+
+static PyObject *timers_get_arm_below(LoopTimersObject *self, void *closure) {
+  (void)closure;
+  return PyFloat_FromDouble(self->arm_below);
+}
+
+static int timers_set_arm_below(LoopTimersObject *self, PyObject *value, void *closure) {
+  (void)closure;
+  if (!value) {
+    PyErr_SetString(PyExc_AttributeError, "arm_below cannot be deleted");
+    return -1;
+  }
+  double d = PyFloat_AsDouble(value);
+  if (d == -1.0 && PyErr_Occurred())
+    return -1;
+  self->arm_below = d;
+  return 0;
+}
+
+static PyGetSetDef timers_getset[] = {
+    {"arm_below", (getter)timers_get_arm_below, (setter)timers_set_arm_below,
+     "arm(loop, when) is called after scheduling a deadline before this (inf at first).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 static PyMethodDef timers_methods[] = {
     {"call_later", (PyCFunction)(void (*)(void))timers_call_later, METH_FASTCALL | METH_KEYWORDS,
@@ -296,9 +389,13 @@ static PyType_Slot timers_slots[] = {
     {Py_tp_traverse, timers_traverse},
     {Py_tp_clear, timers_clear},
     {Py_tp_methods, timers_methods},
-    {Py_tp_doc, "_LoopTimers(wheel, loop, call_later, call_at, /)\n--\n\n"
-                "WheelEventLoop's call_later/call_at in C (not in debug mode); what it does "
-                "not take on itself goes to the two Python methods given."},
+    {Py_tp_getset, timers_getset},
+    {Py_tp_doc, "_LoopTimers(wheel, loop, call_later, call_at, time=None, arm=None, /)\n--\n\n"
+                "WheelEventLoop's (and pywheel.uvloop.Loop's) call_later/call_at in C (not in "
+                "debug mode); what it does not take on itself goes to the two Python methods "
+                "given.  time: the loop's clock, called as time(loop) (None: "
+                "time.monotonic()); arm: called as arm(loop, when) after scheduling a deadline "
+                "before arm_below."},
     {0, NULL},
 };
 

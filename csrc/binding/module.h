@@ -11,7 +11,7 @@
  *   handle.c       TimerHandle: cancel, reschedule, when, repr, hash, equality
  *   wheel.c        Wheel: construction, scheduling, close, stats, its type tables
  *   manual.c       ManualWheel: advancing time by hand, collect/run due timers
- *   loop.c         _LoopTimers: WheelEventLoop's call_later/call_at in C
+ *   loop.c         _LoopTimers: WheelEventLoop's (and pywheel.uvloop's) call_later/call_at in C
  *   batch.c        running a batch (GIL held) and the wheel thread's hooks
  *   lifecycle.c    the registry of live cores, a core's creation and closing,
  *                  waiting for a thread, atexit and fork

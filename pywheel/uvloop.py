@@ -31,6 +31,7 @@ import contextvars
 import math
 import sys
 import warnings
+from asyncio import coroutines as _coroutines
 from asyncio import events as _events
 from typing import Any
 
@@ -55,6 +56,12 @@ _ceil = math.ceil
 _uv_call_later = _uvloop.Loop.call_later
 _uv_call_soon = _uvloop.Loop.call_soon
 _uv_time = _uvloop.Loop.time
+
+
+# The check asyncio's own call_at makes in debug mode: from 3.14 its public
+# asyncio.iscoroutinefunction warns (deprecated), and the loop uses the
+# private twin, which 3.11-3.13 do not have.
+_iscoroutinefunction = getattr(_coroutines, "_iscoroutinefunction", _coroutines.iscoroutinefunction)
 
 
 class Loop(_uvloop.Loop):
@@ -178,7 +185,7 @@ class Loop(_uvloop.Loop):
             raise RuntimeError(
                 "Non-thread-safe operation invoked on an event loop other than the current one"
             )
-        if asyncio.iscoroutine(callback) or asyncio.iscoroutinefunction(callback):
+        if _coroutines.iscoroutine(callback) or _iscoroutinefunction(callback):
             raise TypeError("coroutines cannot be used with call_at()")
         if not callable(callback):
             raise TypeError(f"a callable object was expected by call_at(), got {callback!r}")

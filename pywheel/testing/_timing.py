@@ -9,6 +9,7 @@ import math
 import os
 import re
 import sys
+import time
 import weakref
 from asyncio import tasks as _tasks
 from collections.abc import Callable
@@ -239,20 +240,34 @@ class Timing:
         sep = "; " if len(parts) < 3 else ";\n  "
         return head + (": " if len(parts) < 3 else ":\n  ") + sep.join(parts) + ")"
 
-    def minimize(self, fails: Callable[[Timing], bool], *, rounds: int = 3) -> Timing:
+    def minimize(
+        self,
+        fails: Callable[[Timing], bool],
+        *,
+        rounds: int = 3,
+        seconds: float | None = None,
+    ) -> Timing:
         """A Timing that keeps only the recorded decisions a failure needs.
 
         ``fails(timing)`` runs the program under ``timing`` and returns True
-        if it failed.  Starting from this Timing's recorded run, it zeroes
-        the non-zero decisions one at a time, latest first, keeping each
-        removal after which ``fails`` still returns True; the pass repeats
-        (at most ``rounds`` times) until it removes nothing.  One run per
-        decision and pass: a shrunk failure whose unrelated decisions
-        hypothesis had no time to zero ends on the ones that matter.
-        Returns the last Timing that failed (which replays, like any used
-        Timing), or one replaying this Timing's decisions if none did."""
+        if it failed.  Starting from this Timing's recorded run, each pass
+        (delta debugging) tries zeroing the non-zero decisions in contiguous
+        groups, latest group first: the later half, then the earlier half,
+        then quarters, and so on down to one decision at a time, keeping
+        every removal after which ``fails`` still returns True (a failure
+        that needs several unrelated decisions zeroed *together* -- one
+        alone moves the program's phases apart, all of them put it back --
+        loses them as a group).  Then it tries halving each decision left,
+        keeping the smaller value while the failure reproduces.  Passes
+        repeat (at most ``rounds``) until one changes nothing, or until
+        ``seconds`` of real time have passed (no limit if None; the pass
+        under way stops there).  A pass costs about three runs per decision
+        left, and fewer as groups go.  Returns the last Timing that failed
+        (which replays, like any used Timing), or one replaying this
+        Timing's decisions if none did."""
         if self._state in ("new", "recording"):
             raise RuntimeError("minimize() needs a Timing whose run was recorded")
+        deadline = None if seconds is None else time.monotonic() + seconds
         # The recorded decisions in the order they were made: the j-th note
         # of a kind is the j-th entry of that kind's record.
         seen = dict.fromkeys(KINDS, 0)
@@ -265,17 +280,49 @@ class Timing:
         best = self._scripted(keep)
         if not fails(best):
             return self._scripted(keep)  # does not replay here: leave it whole
+
+        def out_of_time() -> bool:
+            return deadline is not None and time.monotonic() >= deadline
+
+        def attempt(trial: dict) -> bool:
+            nonlocal keep, best
+            t = self._scripted(trial)
+            if fails(t):
+                keep, best = trial, t
+                return True
+            return False
+
         for _ in range(rounds):
-            removed = False
-            for key, _secs in reversed(order):
-                if key not in keep:
-                    continue
+            changed = False
+            # Groups: n contiguous groups of the decisions left, n = 2, 4,
+            # ... up to one per decision (ddmin's subsets; a group that goes
+            # takes its decisions with it, and the granularity is kept).
+            keys = [k for k, _ in order if k in keep]
+            n = 2
+            while keys and not out_of_time():
+                size = -(-len(keys) // n)
+                for start in reversed(range(0, len(keys), size)):
+                    group = set(keys[start : start + size])
+                    if len(group) == len(keep):
+                        continue  # zeroing everything: the punctual run passes
+                    if out_of_time():
+                        break
+                    if attempt({k: v for k, v in keep.items() if k not in group}):
+                        changed = True
+                keys = [k for k in keys if k in keep]
+                if size == 1:
+                    break
+                n = min(n * 2, len(keys))
+            # Values: halve each decision left while the failure reproduces
+            # (a value that rounds to no tick is a removal, tried above).
+            for key in reversed([k for k, _ in order if k in keep]):
+                if out_of_time():
+                    break
                 trial = dict(keep)
-                del trial[key]
-                t = self._scripted(trial)
-                if fails(t):
-                    keep, best, removed = trial, t, True
-            if not removed:
+                trial[key] = keep[key] / 2
+                if attempt(trial):
+                    changed = True
+            if not changed or out_of_time():
                 break
         return best
 

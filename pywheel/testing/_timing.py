@@ -13,6 +13,7 @@ import time
 import weakref
 from asyncio import tasks as _tasks
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -457,6 +458,12 @@ MAX_DRAWS = 2000
 DEFAULT_MAX_LATE = 0.02
 DEFAULT_MAX_COST = 0.002
 DEFAULT_MAX_JITTER = 0.01
+#: The same three by ``timings()``'s keywords (read-only): what
+#: ``timings()`` and ``pytest --timing-fuzz`` use when given no bound, and
+#: the real-bug corpus's one set of bounds (``examples/real_bugs``).
+DEFAULT_BOUNDS = MappingProxyType(
+    {"max_late": DEFAULT_MAX_LATE, "max_cost": DEFAULT_MAX_COST, "max_jitter": DEFAULT_MAX_JITTER}
+)
 
 
 class _Default(float):

@@ -246,7 +246,7 @@ def main(argv):
         return v is not None and v != "hang"
 
     left = SHRINK_SECONDS - (time.perf_counter() - calls[2])
-    shrunk = shrunk.minimize(still_fails, seconds=max(left, 0.0))
+    shrunk = shrunk.minimize(still_fails, rounds=100, seconds=max(left, 0.0))
     t1 = time.perf_counter()
     out.update(
         found=True,

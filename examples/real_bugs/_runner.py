@@ -126,9 +126,10 @@ def main(argv):
         # pool.connection()`` is one) schedules its aclose() then instead of
         # at the loop's shutdown_asyncgens() -- so the same draws made runs
         # of different lengths, and hypothesis stopped with "inconsistent
-        # data" (psycopg-pool 3.3.1 after 164 examples).  Collected before
-        # each run instead, so every run starts from the same heap.
-        gc.collect()
+        # data" (psycopg-pool 3.3.1 after 164 examples).  Garbage a run
+        # leaves is collected after it, with hypothesis's own (a full
+        # collection before every run cost hypothesis most of its time to
+        # shrink: the heap it keeps is large).
         gc.disable()
         try:
             loop = GuardedLoop(timing=timing, limit=LIMIT)

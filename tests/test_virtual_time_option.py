@@ -111,7 +111,10 @@ def test_limit_per_test(tmp_path):
 
 def test_fuzz_needs_a_bound_and_a_good_token(tmp_path):
     files = {"test_x.py": "async def test_x(): pass\n"}
-    r = _pytest(tmp_path, files, "--timing-fuzz=3")
+    # Bounds given, all 0 (the others are 0 once one is given): nothing to fuzz.
+    # (With none given, --timing-fuzz uses timings()'s defaults:
+    # tests/test_timing_fuzz_defaults.py.)
+    r = _pytest(tmp_path, files, "--timing-fuzz=3", "--timing-max-late=0")
     assert r.returncode != 0 and "needs at least one non-zero bound" in r.stderr
     r = _pytest(tmp_path, files, "--timing-replay=nonsense")
     assert r.returncode != 0 and "is not a token" in r.stderr

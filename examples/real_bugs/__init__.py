@@ -31,12 +31,23 @@ BUGS = [
     "psycopg_pool_cancelled_getconn",
 ]
 
-#: The one set of timings() bounds the scoreboard uses for every bug.
-BOUNDS = {"max_late": 0.005, "max_cost": 0.002, "max_jitter": 0.01}
 #: Examples per bug (derandomized), for the hunt and for the fixed version.
 EXAMPLES = 300
 #: Virtual seconds a scenario may run.
 LIMIT = 3600
+
+
+def __getattr__(name: str):
+    # BOUNDS: the one set of timings() bounds the scoreboard uses for every
+    # bug -- timings()'s documented defaults, chosen on this corpus (the
+    # scoreboard calls timings() with no bound; this is the same mapping,
+    # pywheel.testing._timing.DEFAULT_BOUNDS, for showing).  Looked up
+    # lazily: the stock-loop checks import this package without pywheel.
+    if name == "BOUNDS":
+        from pywheel.testing._timing import DEFAULT_BOUNDS
+
+        return DEFAULT_BOUNDS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def dist_version(dist: str) -> str:

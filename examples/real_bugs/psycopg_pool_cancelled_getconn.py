@@ -92,9 +92,10 @@ async def _request(pool, deadline: float, work: float) -> None:
     assert not cm.expired(), f"a request ran on past its deadline (t={loop.time():.3f})"
 
 
-# The fuzz misses this one with the corpus bounds (389 examples, 0 found):
-# the race needs a release due at most max_late before the deadline of a
-# request still waiting.  With three handlers a request waits at most two
+# With max_late=0.005 (the corpus's bounds before they became timings()'s
+# defaults) the fuzz missed this one (389 examples, 0 found): the race
+# needs a release due at most max_late before the deadline of a request
+# still waiting.  With three handlers a request waits at most two
 # uses (40 ms) of its 50 ms, so that gap is 10 ms, closed only by five or
 # more slow steps in a row; a fourth handler (or 25 ms uses) makes the
 # deadline tie exactly with a release, and the punctual run fails.  The

@@ -9,9 +9,11 @@ import math
 import os
 import re
 import sys
+import time
 import weakref
 from asyncio import tasks as _tasks
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -239,45 +241,153 @@ class Timing:
         sep = "; " if len(parts) < 3 else ";\n  "
         return head + (": " if len(parts) < 3 else ":\n  ") + sep.join(parts) + ")"
 
-    def minimize(self, fails: Callable[[Timing], bool], *, rounds: int = 3) -> Timing:
+    def minimize(
+        self,
+        fails: Callable[[Timing], bool],
+        *,
+        rounds: int = 3,
+        seconds: float | None = None,
+    ) -> Timing:
         """A Timing that keeps only the recorded decisions a failure needs.
 
         ``fails(timing)`` runs the program under ``timing`` and returns True
-        if it failed.  Starting from this Timing's recorded run, it zeroes
-        the non-zero decisions one at a time, latest first, keeping each
-        removal after which ``fails`` still returns True; the pass repeats
-        (at most ``rounds`` times) until it removes nothing.  One run per
-        decision and pass: a shrunk failure whose unrelated decisions
-        hypothesis had no time to zero ends on the ones that matter.
+        if it failed.  Starting from this Timing's recorded run, each pass
+        keeps every change after which ``fails`` still returns True:
+
+        - *groups* (delta debugging): the non-zero decisions are zeroed in
+          contiguous groups, latest first -- the later half, the earlier
+          half, then quarters, down to one at a time -- so decisions that
+          can only go together (one alone moves the program's phases apart,
+          all of them put it back) go as a group.  A decision is named by
+          its place among those of its kind ("the 57th wake-up"), and
+          removing a perturbation can remove or add events before the later
+          ones (two timers no longer run in one batch: one more wake-up); a
+          removal that alone no longer fails is tried again with the later
+          decisions one or two places on or back;
+        - *merges*: two consecutive decisions of a kind become one, at
+          either place, of their summed size (up to the bound), for a
+          failure that needs lateness to pile up;
+        - *values*: each decision left is halved.
+
+        Passes repeat (at most ``rounds``) until one changes nothing, or
+        until ``seconds`` of real time have passed (no limit if None; the
+        pass under way stops there).  Each change kept costs one run, each
+        tried one: a pass tries about ten runs per decision left, at most.
         Returns the last Timing that failed (which replays, like any used
         Timing), or one replaying this Timing's decisions if none did."""
         if self._state in ("new", "recording"):
             raise RuntimeError("minimize() needs a Timing whose run was recorded")
-        # The recorded decisions in the order they were made: the j-th note
-        # of a kind is the j-th entry of that kind's record.
-        seen = dict.fromkeys(KINDS, 0)
-        order = []
-        for kind, *_ in self._notes:
-            index, secs = self._record[kind][seen[kind]]
-            seen[kind] += 1
-            order.append(((kind, index), secs))
-        keep = dict(order)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        keep = self._in_order()
         best = self._scripted(keep)
         if not fails(best):
             return self._scripted(keep)  # does not replay here: leave it whole
+
+        def out_of_time() -> bool:
+            return deadline is not None and time.monotonic() >= deadline
+
+        def attempt(trial: dict) -> bool:
+            nonlocal keep, best
+            t = self._scripted(trial)
+            if fails(t):
+                # What that run did decide, in the order it did (a value that
+                # rounds to no tick is no decision).
+                keep, best = t._in_order(), t
+                return True
+            return False
+
+        def without(group: set, shift: int = 0) -> dict:
+            # keep minus group; with shift, the decisions after the group
+            # move that many decisions of their kind later (or earlier).
+            trial, after = {}, False
+            for (kind, index), v in keep.items():
+                if (kind, index) in group:
+                    after = True
+                    continue
+                if after and shift:
+                    index += shift
+                    if index < 0:
+                        return {}
+                trial[(kind, index)] = v
+            return trial if len(trial) == len(keep) - len(group) else {}
+
         for _ in range(rounds):
-            removed = False
-            for key, _secs in reversed(order):
+            changed = False
+            # Groups: n contiguous groups of the decisions left, n = 2, 4,
+            # ... up to one per decision (ddmin's subsets; a group that goes
+            # takes its decisions with it, and the granularity is kept).
+            # Decisions are named by their place among those of their kind
+            # ("the 57th wake-up"), and a perturbation removed can remove or
+            # add events before the ones after it (two timers no longer in
+            # one batch: one more wake-up): where the removal alone no
+            # longer fails, it is tried again with the later decisions one
+            # or two places on or back.
+            n = 2
+            while keep and not out_of_time():
+                keys = list(keep)
+                size = -(-len(keys) // n)
+                for start in reversed(range(0, len(keys), size)):
+                    group = set(keys[start : start + size])
+                    if len(group) >= len(keep) or not group <= keep.keys():
+                        continue  # zeroing everything: the punctual run passes
+                    for shift in (0, 1, -1, 2, -2):
+                        if out_of_time():
+                            break
+                        trial = without(group, shift)
+                        if trial and attempt(trial):
+                            changed = True
+                            break
+                    if out_of_time():
+                        break
+                if size == 1:
+                    break
+                n = min(n * 2, len(keep))
+            # Merges: two consecutive decisions of a kind made one, at
+            # either place, of their summed size (up to the bound): a failure
+            # that needs lateness to pile up (a deadline that expires while
+            # its task waits behind others) keeps it in fewer decisions.
+            bound = {"wake": self.max_late, "step": self.max_cost, "timer": self.max_cost}
+            i = len(keep) - 1
+            while i > 0 and not out_of_time():
+                keys = list(keep)
+                if i >= len(keys):
+                    i = len(keys) - 1
+                    continue
+                a, b = keys[i - 1], keys[i]
+                if a[0] == b[0]:
+                    total = min(keep[a] + keep[b], bound.get(a[0], self.max_jitter))
+                    for at, gone in ((b, a), (a, b)):
+                        trial = {k: (total if k == at else v) for k, v in keep.items() if k != gone}
+                        if attempt(trial):
+                            changed = True
+                            break
+                i -= 1
+            # Values: halve each decision left while the failure reproduces
+            # (a value that rounds to no tick is a removal, tried above).
+            for key in reversed(list(keep)):
+                if out_of_time():
+                    break
                 if key not in keep:
                     continue
                 trial = dict(keep)
-                del trial[key]
-                t = self._scripted(trial)
-                if fails(t):
-                    keep, best, removed = trial, t, True
-            if not removed:
+                trial[key] = keep[key] / 2
+                if attempt(trial):
+                    changed = True
+            if not changed or out_of_time():
                 break
         return best
+
+    def _in_order(self) -> dict[tuple[str, int], float]:
+        """The recorded non-zero decisions, (kind, index) -> seconds, in the
+        order they were made: the j-th note of a kind is the j-th entry of
+        that kind's record."""
+        seen = dict.fromkeys(KINDS, 0)
+        out = {}
+        for kind, *_ in self._notes:
+            index, secs = self._record[kind][seen[kind]]
+            seen[kind] += 1
+            out[(kind, index)] = secs
+        return out
 
     def _scripted(self, script: dict[tuple[str, int], float]) -> Timing:
         t = Timing(max_late=self.max_late, max_cost=self.max_cost, max_jitter=self.max_jitter)
@@ -410,6 +520,12 @@ MAX_DRAWS = 2000
 DEFAULT_MAX_LATE = 0.02
 DEFAULT_MAX_COST = 0.002
 DEFAULT_MAX_JITTER = 0.01
+#: The same three by ``timings()``'s keywords (read-only): what
+#: ``timings()`` and ``pytest --timing-fuzz`` use when given no bound, and
+#: the real-bug corpus's one set of bounds (``examples/real_bugs``).
+DEFAULT_BOUNDS = MappingProxyType(
+    {"max_late": DEFAULT_MAX_LATE, "max_cost": DEFAULT_MAX_COST, "max_jitter": DEFAULT_MAX_JITTER}
+)
 
 
 class _Default(float):

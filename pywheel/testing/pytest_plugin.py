@@ -14,7 +14,8 @@ point, so installing pywheel is enough):
   marker's and fixture's, unless the marker says) may not pass that much
   virtual time;
 - ``--timing-fuzz=N`` with ``--timing-max-late``/``--timing-max-cost``/
-  ``--timing-max-jitter`` (and ``--timing-seed``): each async test runs once
+  ``--timing-max-jitter`` (with none given, ``timings()``'s defaults; given
+  any, the others are 0) and ``--timing-seed``: each async test runs once
   punctually and then N more times under drawn Timings; a failure's report
   shows the virtual time and a ``--timing-replay=TOKEN`` line that reruns
   exactly that schedule.
@@ -40,6 +41,7 @@ from typing import Any
 import pytest
 
 from . import _session
+from ._timing import DEFAULT_BOUNDS, DEFAULT_MAX_COST, DEFAULT_MAX_JITTER, DEFAULT_MAX_LATE
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -73,7 +75,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=0,
         metavar="N",
         help="run each async test N more times under drawn Timings (implies --virtual-time; "
-        "needs --timing-max-late, --timing-max-cost or --timing-max-jitter)",
+        "bounds: --timing-max-late/-cost/-jitter, or with none of them given timings()'s "
+        f"defaults, max_late={DEFAULT_MAX_LATE}, max_cost={DEFAULT_MAX_COST}, "
+        f"max_jitter={DEFAULT_MAX_JITTER})",
     )
     for name, what in (
         ("late", "how late the loop may wake for a timer"),
@@ -83,9 +87,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(
             f"--timing-max-{name}",
             type=float,
-            default=0.0,
+            default=None,
             metavar="SECONDS",
-            help=f"--timing-fuzz: {what} (seconds, default 0)",
+            help=f"--timing-fuzz: {what} (seconds; default {DEFAULT_BOUNDS['max_' + name]} "
+            "if no --timing-max-* is given, else 0)",
         )
     group.addoption(
         "--timing-seed",
@@ -126,10 +131,15 @@ def _settings(config: pytest.Config) -> _Settings:
     st.fuzz = config.getoption("timing_fuzz", 0) or 0
     if st.fuzz < 0:
         raise pytest.UsageError(f"--timing-fuzz must be >= 0, got {st.fuzz!r}")
+    given = {n: config.getoption(f"timing_max_{n}", None) for n in ("late", "cost", "jitter")}
+    if all(v is None for v in given.values()):
+        # None given: timings()'s defaults (one source: DEFAULT_BOUNDS);
+        # given any, the others are 0, as for timings().
+        given = {n: DEFAULT_BOUNDS[f"max_{n}"] for n in given}
     try:
         st.bounds = tuple(
-            _session._check_max(f"--timing-max-{n}", config.getoption(f"timing_max_{n}", 0.0))
-            for n in ("late", "cost", "jitter")
+            _session._check_max(f"--timing-max-{n}", 0.0 if v is None else v)
+            for n, v in given.items()
         )
     except (TypeError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -138,7 +148,7 @@ def _settings(config: pytest.Config) -> _Settings:
             "--timing-fuzz needs at least one non-zero bound, in seconds: "
             "--timing-max-late (the loop wakes late), --timing-max-cost (callbacks take "
             "time) or --timing-max-jitter (the outside world answers late); with all "
-            "three 0 every run is punctual"
+            "three 0 every run is punctual (give none of them for timings()'s defaults)"
         )
     st.seed = config.getoption("timing_seed", 0) or 0
     token = config.getoption("timing_replay", None)

@@ -131,11 +131,25 @@ def test_load_manual_1m_exact():
 
 def _slow_callback_in_big_batch(n: int, busy: bool):
     """A 1 s callback first in a batch of n due timers: while it runs the
-    main thread cancels half of the rest and keeps running Python."""
+    main thread cancels half of the rest and keeps running Python.  The head
+    start for scheduling them all doubles when a loaded machine took longer
+    (as in _load_pending_half_cancelled)."""
+    margin = 0.3 + n * 2e-5  # ~1 us each; 20x that
+    for _ in range(4):
+        try:
+            return _slow_callback_once(n, busy, margin)
+        except _PastMargin:
+            margin *= 2
+    return _slow_callback_once(n, busy, margin)
+
+
+def _slow_callback_once(n: int, busy: bool, margin: float):
     with Wheel() as w:
         started = threading.Event()
         finished = threading.Event()
         ran = []
+        progress = [0]  # the main thread's iterations
+        seen = []  # progress as the slow callback saw it when it ended
 
         def slow():
             started.set()
@@ -145,23 +159,23 @@ def _slow_callback_in_big_batch(n: int, busy: bool):
                     pass
             else:
                 time.sleep(1.0)
+            seen.append(progress[0])
             finished.set()
 
-        # all in one batch: time to schedule them first (~1 us each; 20x that)
-        at = w.time() + 0.3 + n * 2e-5
+        at = w.time() + margin  # all in one batch
         w.call_at(at, slow)
         append = ran.append
         hs = [w.call_at(at, append, i) for i in range(n - 1)]
-        assert w.time() < at, "scheduling took longer than the margin"
+        if w.time() >= at:
+            # the batch may have begun: cancel what is left and try again
+            w.close()
+            raise _PastMargin(f"scheduling {n} took longer than the {margin}s margin")
         assert started.wait(10)
         # the main thread is free: it cancels half of the batch and counts
-        t0 = time.monotonic()
         results = [h.cancel() for h in hs[::2]]
-        iterations = 0
         while not finished.is_set():
-            iterations += 1
+            progress[0] += 1
             sum(range(100))
-        elapsed = time.monotonic() - t0
         assert all(results), "a cancel during the slow callback was not honoured"
         assert wait_for(lambda: len(ran) == len(hs) - len(results))
         assert ran == list(range(1, n - 1, 2)), "cancelled ran, or order lost"
@@ -170,10 +184,10 @@ def _slow_callback_in_big_batch(n: int, busy: bool):
         assert s["max_batch"] == min(n, 4096)
         assert s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]
         assert s["cancelled"] == len(results)
-        # the main thread ran Python throughout (a few per cent of a second at least)
-        assert elapsed > 0.5
-        assert iterations > 100, iterations
-        return iterations
+        # the main thread ran Python while the callback ran (not after it):
+        # counted by the callback itself, so no clock reading can fool it
+        assert seen[0] > 100, seen
+        return progress[0]
 
 
 @pytest.mark.parametrize("busy", [False, True], ids=["sleeping", "busy-python"])

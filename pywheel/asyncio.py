@@ -166,18 +166,7 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_at")
-            timer = _DebugTimerHandle(when, callback, args, self, context)
-            if timer._source_traceback:
-                del timer._source_traceback[-1]
-            try:
-                timer._timer = self._wheel.call_at(
-                    when, self._run_timed, timer, context=contextvars.Context()
-                )
-            except OverflowError:
-                timer._timer = self._call_never(
-                    when, self._run_timed, (timer,), contextvars.Context()
-                )
-            return timer
+            return _debug_timer(self, when, callback, args, context)
         try:
             return self._wheel.call_at(when, callback, *args, context=context)
         except OverflowError:
@@ -324,6 +313,22 @@ class _DebugTimerHandle(asyncio.TimerHandle):
         if not self._cancelled:
             self._timer.cancel()
         super().cancel()
+
+
+def _debug_timer(loop, when, callback, args, context) -> _DebugTimerHandle:
+    """Debug mode's timer on a loop that drives a wheel (WheelEventLoop,
+    pywheel.uvloop.Loop: ``_wheel``, ``_run_timed``, ``_call_never``), made
+    by the loop's call_at after its checks; its source traceback ends at the
+    caller of call_at, as asyncio's does."""
+    timer = _DebugTimerHandle(when, callback, args, loop, context)
+    if timer._source_traceback:
+        del timer._source_traceback[-2:]  # this function and call_at
+    ctx = contextvars.Context()
+    try:
+        timer._timer = loop._wheel.call_at(when, loop._run_timed, timer, context=ctx)
+    except OverflowError:
+        timer._timer = loop._call_never(when, loop._run_timed, (timer,), ctx)
+    return timer
 
 
 def new_event_loop() -> WheelEventLoop:

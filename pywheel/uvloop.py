@@ -27,7 +27,6 @@ Needs uvloop: ``pip install 'pywheel[uvloop]'``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import math
 import sys
 import warnings
@@ -138,24 +137,11 @@ class Loop(_uvloop.Loop):
     def call_later(self, delay, callback, *args, context=None):
         if delay is None:
             raise TypeError("delay must not be None")
-        when = _uv_time(self) + delay
-        if self._pw_debug:
-            timer = self.call_at(when, callback, *args, context=context)
-            if timer._source_traceback:
-                del timer._source_traceback[-1]
-            return timer
-        # call_at's body, inlined: a Python call less on the hot path.
-        try:
-            timer = self._wheel.call_at(when, callback, *args, context=context)
-        except OverflowError:
-            timer = self._call_never(when, callback, args, context)
-            when = timer.when()  # inf: nothing to arm; -inf: due now
-        except RuntimeError:
-            if self.is_closed():
-                raise RuntimeError("Event loop is closed") from None
-            raise
-        if when < self._timers.arm_below:
-            self._arm(when)
+        # The hot path is loop.c's; this one serves debug mode, a closed
+        # loop and unusual arguments, through call_at as asyncio's does.
+        timer = self.call_at(_uv_time(self) + delay, callback, *args, context=context)
+        if self._pw_debug and timer._source_traceback:
+            del timer._source_traceback[-1]
         return timer
 
     def call_at(self, when, callback, *args, context=None):
@@ -189,15 +175,7 @@ class Loop(_uvloop.Loop):
             raise TypeError("coroutines cannot be used with call_at()")
         if not callable(callback):
             raise TypeError(f"a callable object was expected by call_at(), got {callback!r}")
-        timer = _pwa._DebugTimerHandle(when, callback, args, self, context)
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
-        try:
-            timer._timer = self._wheel.call_at(
-                when, self._run_timed, timer, context=contextvars.Context()
-            )
-        except OverflowError:
-            timer._timer = self._call_never(when, self._run_timed, (timer,), contextvars.Context())
+        timer = _pwa._debug_timer(self, when, callback, args, context)
         when = timer._timer.when()
         if when < self._timers.arm_below:
             self._arm(when)

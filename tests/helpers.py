@@ -61,6 +61,11 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.002) -> bool:
     return True
 
 
+def is_fast(method) -> bool:
+    """Whether a loop's call_later/call_at is the C path (csrc/binding/loop.c)."""
+    return isinstance(getattr(method, "__self__", None), pywheel._core._LoopTimers)
+
+
 def conserved(w) -> bool:
     s = w.stats()
     return s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]

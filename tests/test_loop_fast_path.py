@@ -22,6 +22,7 @@ import weakref
 from unittest import mock
 
 import pytest
+from helpers import is_fast
 
 import pywheel.asyncio as pwa
 import pywheel.testing as pwt
@@ -55,10 +56,6 @@ def stock():
     lp = asyncio.SelectorEventLoop()
     yield lp
     lp.close()
-
-
-def is_fast(method):
-    return isinstance(getattr(method, "__self__", None), _core._LoopTimers)
 
 
 def outcome(fn, *args, **kw):

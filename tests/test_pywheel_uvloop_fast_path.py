@@ -20,7 +20,7 @@ import sys
 import weakref
 
 import pytest
-from helpers import child_env
+from helpers import child_env, is_fast
 
 try:
     import uvloop
@@ -47,10 +47,6 @@ def loop():
     lp = pwu.Loop()
     yield lp
     lp.close()
-
-
-def is_fast(method):
-    return isinstance(getattr(method, "__self__", None), _core._LoopTimers)
 
 
 def outcome(fn, *args, **kw):

@@ -39,6 +39,10 @@ def test_loops_workload_reports_each_loop(tmp_path):
     assert ("uvloop" in pairs) == has_uvloop
     assert all(r["ns"] > 0 for r in recs if r["workload"] == "loops_pair")
     assert all(r["s"] > 0 for r in recs if r["workload"] == "loops_storm")
+    # WheelEventLoop against its own wheel in alternating rounds on one loop
+    (ratio,) = [r for r in recs if r["workload"] == "loops_ratio"]
+    assert len(ratio["loop_ns"]) == len(ratio["wheel_ns"]) == len(ratio["ratios"]) >= 3
+    assert min(ratio["ratios"]) <= ratio["ratio"] <= max(ratio["ratios"])
     # one column per loop, pywheel.uvloop's too (filled where it imports)
     head = "| | asyncio | uvloop | WheelEventLoop | pywheel.uvloop | its wheel, direct |"
     assert "## Loops: the event loops side by side" in p.stdout and head in p.stdout

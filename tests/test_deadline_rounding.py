@@ -208,6 +208,34 @@ def test_a_float_time_is_the_first_nanosecond_that_reads_at_least_it(x):
     assert w.run_due(h.when()) == 1
 
 
+def _edge_floats(rng):
+    """Every binade the clock's range meets, its powers of two and their
+    neighbours (where the float below is half a step away), exact readings
+    of whole nanoseconds and the floats next to them."""
+    for e in range(-1074, 34):
+        p = 2.0**e
+        yield from (p, math.nextafter(p, 0), math.nextafter(p, math.inf))
+        yield p * (1 + rng.random())
+    for _ in range(3000):
+        r = rng.randrange(0, 9223372036 * 10**9) // 10 ** rng.randrange(0, 12) / 10**9
+        yield from (r, math.nextafter(r, 0), math.nextafter(r, math.inf))
+
+
+def test_the_first_reading_at_least_a_float_across_every_binade():
+    # the rule is taken without a division in C (conversions.c, ceil_pos),
+    # from the float's bits: checked against Python's exact fractions
+    import random
+
+    rng = random.Random(22)
+    w = pywheel.ManualWheel()
+    for x in _edge_floats(rng):
+        if x >= 9223372036.0:
+            continue
+        assert pywheel.ManualWheel(start=x).time_ns() == _first_ns_reading_at_least(x), x
+        n = _first_ns_reading_at_least(-x) if x else 0
+        assert w.call_at(-x, print).when() == n / 10**9, -x
+
+
 @settings(max_examples=500, deadline=None)
 @given(s=st.integers(0, 9223372035), r=st.integers(0, 10**9 - 1))
 def test_time_and_when_read_nanoseconds_as_python_divides_them(s, r):

@@ -62,23 +62,35 @@ static int out_of_range(const char *what) {
   return -1;
 }
 
-/* The least n >= 0 with pw__s_of_ns(n) >= z, for 0 <= z < 2**34.  Below 2**22 s
- * (ulp < 1 ns) the nearest count is off by at most one.  Above, pw__s_of_ns(n)
- * >= z exactly when n / 1e9 passes the midpoint m between z and the float
- * below it (never reached exactly, see pw__s_of_ns): n = floor(m * 1e9) + 1,
- * computed in units of 2**-32 s from the whole seconds a of z. */
+/* The least n >= 0 with pw__s_of_ns(n) >= z, for 0 <= z < 2**34, without a
+ * division (this runs on every call_later of the event loops: three divisions
+ * were a tenth of one).  pw__s_of_ns(n) is n / 1e9 rounded to the nearest
+ * float, so it reaches z exactly when n / 1e9 passes the midpoint m between z
+ * and the float below it.  m = odd * 2**-s with s >= 20 here, and n / 1e9 =
+ * n / (5**9 2**9) never equals it (the powers of two cannot match), so n =
+ * floor(m * 1e9) + 1: odd < 2**55 times 1e9 < 2**30, taken exactly in two
+ * 64-bit halves and shifted right by s. */
 static uint64_t ceil_pos(double z) {
-  if (z < 4194304.0) {
-    int64_t c = (int64_t)nearbyint(z * 1e9);
-    if (pw__s_of_ns(c) < z)
-      return (uint64_t)c + 1;
-    return (uint64_t)(pw__s_of_ns(c - 1) >= z ? c - 1 : c);
-  }
-  double a = floor(z), below = nextafter(z, 0.0);
-  int64_t m = (int64_t)ldexp(z - a, 31) + (int64_t)ldexp(below - a, 31); /* 2**32 (m - a) */
-  int64_t scaled = m * 1000000000;                                       /* |.| < 2**62 */
-  int64_t whole = scaled >= 0 ? scaled >> 32 : -((-scaled + 0xFFFFFFFF) >> 32);
-  return (uint64_t)a * 1000000000u + (uint64_t)(whole + 1);
+  if (z == 0)
+    return 0; /* -0.0 as well, whose sign bit would be read below */
+  uint64_t bits;
+  memcpy(&bits, &z, sizeof bits);
+  int exp = (int)(bits >> 52);
+  uint64_t frac = bits & ((UINT64_C(1) << 52) - 1);
+  if (exp <= 1)
+    return 1; /* below 2**-1021: 1 ns reads 1e-9, already past it */
+  /* z = (2**52 + frac) * 2**(exp - 1075); the float below it is one unit of
+   * that exponent lower, or half a unit when z is a power of two. */
+  uint64_t odd = frac ? 2 * (frac | (UINT64_C(1) << 52)) - 1 : (UINT64_C(1) << 54) - 1;
+  int s = frac ? 1076 - exp : 1077 - exp;
+  if (s >= 96)
+    return 1; /* m * 1e9 < 2**85 * 2**-96 < 1 */
+  /* p = odd * 1e9 = hi * 2**32 + lo; t = floor(p / 2**32). */
+  uint64_t lo = (odd & 0xFFFFFFFFu) * 1000000000u, hi = (odd >> 32) * 1000000000u;
+  uint64_t t = hi + (lo >> 32);
+  uint64_t q = s >= 32 ? t >> (s - 32) /* floor(floor(p / 2**32) / 2**(s-32)) */
+                       : t << (32 - s) | (lo & 0xFFFFFFFFu) >> s; /* < 2**64: z < 2**34 */
+  return q + 1;
 }
 
 /* The least count n whose pw__s_of_ns(n) >= x (finite x): what a float time or

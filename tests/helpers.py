@@ -66,6 +66,25 @@ def is_fast(method) -> bool:
     return isinstance(getattr(method, "__self__", None), pywheel._core._LoopTimers)
 
 
+def outcome_of(*, when: bool, message=str):
+    """An outcome(fn, *args, **kw) for the oracle tests that put two call_later
+    or call_at paths side by side: what fn(*args, **kw) did, as ("ok",
+    handle.when()) (("ok",) where when is false: two call_later paths read the
+    clock apart) or (exception type, message(str(error))); a handle made is
+    cancelled."""
+
+    def outcome(fn, /, *args, **kw):
+        try:
+            h = fn(*args, **kw)
+        except Exception as e:  # noqa: BLE001 - the oracle compares any failure
+            return type(e), message(str(e))
+        result = ("ok", h.when()) if when else ("ok",)
+        h.cancel()
+        return result
+
+    return outcome
+
+
 def conserved(w) -> bool:
     s = w.stats()
     return s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]

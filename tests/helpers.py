@@ -66,6 +66,25 @@ def is_fast(method) -> bool:
     return isinstance(getattr(method, "__self__", None), pywheel._core._LoopTimers)
 
 
+def outcome_of(*, when: bool, message=str):
+    """An outcome(fn, *args, **kw) for the oracle tests that put two call_later
+    or call_at paths side by side: what fn(*args, **kw) did, as ("ok",
+    handle.when()) (("ok",) where when is false: two call_later paths read the
+    clock apart) or (exception type, message(str(error))); a handle made is
+    cancelled."""
+
+    def outcome(fn, /, *args, **kw):
+        try:
+            h = fn(*args, **kw)
+        except Exception as e:  # noqa: BLE001 - the oracle compares any failure
+            return type(e), message(str(e))
+        result = ("ok", h.when()) if when else ("ok",)
+        h.cancel()
+        return result
+
+    return outcome
+
+
 def conserved(w) -> bool:
     s = w.stats()
     return s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]
@@ -133,13 +152,36 @@ class ListHandler(logging.Handler):
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
-# Shared by every script: helpers to print at once and to wait for something.
+# Shared by every script: helpers to print at once, to wait for something,
+# and to keep a wheel's thread inside a slow callback (the exit and close cases).
 PRELUDE = """
 import os, sys, time, threading, gc
 import pywheel
 
 def say(*args):
     print(*args, flush=True)
+
+def slow_callback(w, seconds, done=None, busy=False):
+    # Schedules on w, due at once, a callback that sleeps (busy: spins in
+    # Python, holding the GIL between switches) for seconds, then calls done()
+    # or says "slow done".  Returns an Event the callback sets when it starts.
+    started = threading.Event()
+
+    def slow():
+        started.set()
+        end = time.monotonic() + seconds
+        if busy:
+            while time.monotonic() < end:
+                pass
+        else:
+            time.sleep(seconds)
+        if done is None:
+            say("slow done")
+        else:
+            done()
+
+    w.call_later(0, slow)
+    return started
 
 def wait_for(predicate, timeout=10.0):
     end = time.monotonic() + timeout

@@ -222,20 +222,8 @@ def test_close_from_another_thread_while_a_slow_callback_runs(slow_kind):
     proc = run(
         f"""
         w = pywheel.Wheel()
-        started = threading.Event()
         slow_done = threading.Event()
-
-        def slow():
-            started.set()
-            end = time.monotonic() + 0.4
-            if "{slow_kind}" == "sleeping":
-                time.sleep(0.4)
-            else:
-                while time.monotonic() < end:
-                    pass
-            slow_done.set()
-
-        w.call_later(0, slow)
+        started = slow_callback(w, 0.4, slow_done.set, busy="{slow_kind}" == "busy-python")
         pending = [w.call_later(d, say, "never") for d in (30, 10, 20)]
         rep = w.call_every(0.001, say, "never: repeating")
         assert started.wait(5)
@@ -280,15 +268,8 @@ def test_concurrent_close_from_four_threads_while_a_slow_callback_runs():
     proc = run(
         """
         w = pywheel.Wheel()
-        started = threading.Event()
         slow_done = threading.Event()
-
-        def slow():
-            started.set()
-            time.sleep(0.3)
-            slow_done.set()
-
-        w.call_later(0, slow)
+        started = slow_callback(w, 0.3, slow_done.set)
         pending = [w.call_later(60, say, "never") for _ in range(5)]
         assert started.wait(5)
         results = []
@@ -315,14 +296,7 @@ def test_close_with_a_timeout_while_a_slow_callback_runs():
     proc = run(
         """
         w = pywheel.Wheel()
-        started = threading.Event()
-
-        def slow():
-            started.set()
-            time.sleep(0.6)
-            say("slow done")
-
-        w.call_later(0, slow)
+        started = slow_callback(w, 0.6)
         h = w.call_later(60, say, "never")
         assert started.wait(5)
         t0 = time.monotonic()

@@ -30,18 +30,12 @@ def test_exit_with_timers_due_during_shutdown():
         w.call_later(3600, say, "never: an hour away")
         w.call_later(float("inf"), say, "never: infinite")
 
-        def slow(started):
-            started.set()
-            time.sleep(0.5)
-            say("slow done")
-
         def hook():
             say("hook start", w.closed)
             ran = threading.Event()
             w.call_later(0.05, lambda: (say("due during the user's atexit hook"), ran.set()))
             assert ran.wait(5)
-            started = threading.Event()
-            w.call_later(0, slow, started)
+            started = slow_callback(w, 0.5)
             assert started.wait(5)
             w.call_later(0.1, say, "never: due during pywheel's grace")
             say("hook end", len(runs) > 0)
@@ -100,14 +94,7 @@ def test_sys_exit_while_a_callback_runs():
     proc = run(
         """
         w = pywheel.Wheel()
-        started = threading.Event()
-
-        def slow():
-            started.set()
-            time.sleep(0.3)
-            say("slow done")
-
-        w.call_later(0, slow)
+        started = slow_callback(w, 0.3)
         w.call_every(0.001, lambda: None)
         assert started.wait(5)
         sys.exit(7)
@@ -137,15 +124,8 @@ def test_unhandled_exception_in_the_main_thread_while_timers_run():
     proc = run(
         """
         w = pywheel.Wheel()
-        started = threading.Event()
-
-        def slow():
-            started.set()
-            time.sleep(0.2)
-            say("slow done")
-
         w.call_every(0.001, lambda: None)
-        w.call_later(0, slow)
+        started = slow_callback(w, 0.2)
         w.call_later(60, say, "never")
         assert started.wait(5)
         raise ValueError("boom in main")
@@ -299,14 +279,7 @@ def test_exit_while_another_thread_blocks_in_close():
     proc = run(
         """
         w = pywheel.Wheel()
-        started = threading.Event()
-
-        def slow():
-            started.set()
-            time.sleep(0.3)
-            say("slow done")
-
-        w.call_later(0, slow)
+        started = slow_callback(w, 0.3)
         assert started.wait(5)
         threading.Thread(target=lambda: say("closed", w.close())).start()
         time.sleep(0.05)

@@ -22,7 +22,7 @@ import weakref
 from unittest import mock
 
 import pytest
-from helpers import is_fast
+from helpers import is_fast, outcome_of
 
 import pywheel.asyncio as pwa
 import pywheel.testing as pwt
@@ -58,17 +58,6 @@ def stock():
     lp.close()
 
 
-def outcome(fn, *args, **kw):
-    """('ok', when()) or (exception type, message); the handle is cancelled."""
-    try:
-        h = fn(*args, **kw)
-    except Exception as e:  # noqa: BLE001 - the oracle compares any failure
-        return type(e), normalise(str(e))
-    when = h.when()
-    h.cancel()
-    return "ok", when
-
-
 def same(fast, slow, later):
     """Equal outcomes; for call_later two readings of the clock a moment
     apart give two deadlines by the same rule."""
@@ -80,6 +69,10 @@ def same(fast, slow, later):
 def normalise(msg):
     # The Python methods are WheelEventLoop's; the stock loop's BaseEventLoop's.
     return msg.replace("WheelEventLoop.", "").replace("BaseEventLoop.", "")
+
+
+# ('ok', when()) or (exception type, normalised message); the handle is cancelled.
+outcome = outcome_of(when=True, message=normalise)
 
 
 # ---- which methods run ---------------------------------------------------

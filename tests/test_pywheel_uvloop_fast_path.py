@@ -20,7 +20,7 @@ import sys
 import weakref
 
 import pytest
-from helpers import child_env, is_fast
+from helpers import child_env, is_fast, outcome_of
 
 try:
     import uvloop
@@ -49,14 +49,8 @@ def loop():
     lp.close()
 
 
-def outcome(fn, *args, **kw):
-    """('ok',) or (exception type, message); a handle made is cancelled."""
-    try:
-        h = fn(*args, **kw)
-    except Exception as e:  # noqa: BLE001 - the oracle compares any failure
-        return type(e), str(e)
-    h.cancel()
-    return ("ok",)
+# ('ok',) or (exception type, message); a handle made is cancelled.
+outcome = outcome_of(when=False)
 
 
 # ---- which methods run ---------------------------------------------------

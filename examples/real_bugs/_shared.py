@@ -1,6 +1,8 @@
 """What several corpus modules share: the job queue on a Condition of the
-two lost-notify bugs (CPython's and anyio's), and the users of one lock or
-semaphore that give up waiting of the anyio cancelled-waiter bugs.
+two lost-notify bugs (CPython's and anyio's), the users of one lock or
+semaphore that give up waiting of the anyio cancelled-waiter bugs, and the
+shutdown that cancels a worker of the two swallowed-cancellation bugs
+(CPython's wait_for(), async-timeout's).
 
 Each function takes what differs between the libraries (their Condition,
 their way to retire a task, their deadline) as a parameter and imports no
@@ -175,3 +177,32 @@ def in_one_batch(*callbacks) -> None:
     for i, callback in enumerate(callbacks):
         loop.call_at(when + i * 0.001, callback)
     time.sleep(0.03)  # the loop is busy past every deadline
+
+
+async def stops(worker: asyncio.Task, grace: float, who: str) -> None:
+    """Asserts that ``worker``, a task told to stop, ends cancelled within
+    ``grace`` s; ``who`` names it in the message."""
+    done, _ = await asyncio.wait([worker], timeout=grace)
+    assert done, f"{who} still runs {grace} s after it was cancelled"
+    assert worker.cancelled(), f"{who} ended with {worker.result()!r}, not cancelled"
+
+
+async def shutdown_stops(worker: asyncio.Task, *others: asyncio.Task, who: str) -> None:
+    """A shutdown request from outside arrives at about t=0.3 s
+    (``latency()``: it may arrive a little late) and its handler cancels
+    ``worker``, which must stop within 1 s (``stops()``).  Then ``others``
+    and ``worker`` are cancelled and waited for (1 s at most)."""
+    from pywheel import testing
+
+    async def shutdown_handler() -> None:
+        await testing.latency(0.3)  # the shutdown request arrives
+        worker.cancel()
+
+    await shutdown_handler()
+    try:
+        await stops(worker, 1.0, who)
+    finally:
+        for task in others:
+            task.cancel()
+        worker.cancel()
+        await asyncio.wait([*others, worker], timeout=1.0)

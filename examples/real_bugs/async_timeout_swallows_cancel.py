@@ -20,7 +20,7 @@ import time
 
 import async_timeout
 
-from . import dist_version
+from . import _shared, dist_version
 
 REF = "aio-libs/async-timeout#229 (partial fix PR #230; fixed in 5.0 on 3.11+)"
 BUGGY = (None, "async-timeout==4.0.3")
@@ -30,12 +30,6 @@ PROMISE = "a cancelled task stops (task.cancel() is not turned into a timeout)"
 
 def installed() -> str:
     return dist_version("async-timeout")
-
-
-async def _stops(worker: asyncio.Task, grace: float) -> None:
-    done, _ = await asyncio.wait([worker], timeout=grace)
-    assert done, f"the poller still runs {grace} s after it was cancelled"
-    assert worker.cancelled(), f"the poller ended with {worker.result()!r}, not cancelled"
 
 
 async def scenario() -> None:
@@ -55,17 +49,7 @@ async def scenario() -> None:
                 pass  # slow this time: try at the next poll
 
     worker = asyncio.create_task(poller())
-
-    async def shutdown_handler() -> None:
-        await testing.latency(0.3)  # the shutdown request arrives
-        worker.cancel()
-
-    await shutdown_handler()
-    try:
-        await _stops(worker, 1.0)
-    finally:
-        worker.cancel()
-        await asyncio.wait([worker], timeout=1.0)
+    await _shared.shutdown_stops(worker, who="the poller")
 
 
 def on_stock() -> None:
@@ -95,7 +79,7 @@ def on_stock() -> None:
         time.sleep(max(0.0, when - loop.time()) + 0.01)  # busy past both deadlines
         await asyncio.sleep(0)
         try:
-            await _stops(worker, 0.5)
+            await _shared.stops(worker, 0.5, "the poller")
         finally:
             worker.cancel()
 

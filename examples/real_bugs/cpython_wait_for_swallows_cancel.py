@@ -16,7 +16,7 @@ cancellation: a worker that is told to stop takes the next item instead.
 import asyncio
 import time
 
-from . import dist_version
+from . import _shared, dist_version
 
 REF = "python/cpython#86296 (fixed by PR #98518)"
 BUGGY = ("3.11", None)
@@ -28,20 +28,12 @@ def installed() -> str:
     return dist_version(None)
 
 
-async def _stops(worker: asyncio.Task, grace: float) -> None:
-    done, _ = await asyncio.wait([worker], timeout=grace)
-    assert done, f"the worker still runs {grace} s after it was cancelled"
-    assert worker.cancelled(), f"the worker ended with {worker.result()!r}, not cancelled"
-
-
 async def scenario() -> None:
     """A consumer takes jobs with wait_for(queue.get(), 1.0) (a timeout is
     its idle heartbeat); a producer queues a job every 100 ms; a shutdown
     request from outside arrives at about t=0.3 s (``latency()``: it may
     arrive a little late) and its handler cancels the consumer, which must
     stop."""
-    from pywheel import testing
-
     queue: asyncio.Queue[int] = asyncio.Queue()
 
     async def consumer() -> None:
@@ -58,18 +50,7 @@ async def scenario() -> None:
 
     prod = asyncio.create_task(producer())
     worker = asyncio.create_task(consumer())
-
-    async def shutdown_handler() -> None:
-        await testing.latency(0.3)  # the shutdown request arrives
-        worker.cancel()
-
-    await shutdown_handler()
-    try:
-        await _stops(worker, 1.0)
-    finally:
-        prod.cancel()
-        worker.cancel()
-        await asyncio.wait([prod, worker], timeout=1.0)
+    await _shared.shutdown_stops(worker, prod, who="the worker")
 
 
 def on_stock() -> None:
@@ -95,7 +76,7 @@ def on_stock() -> None:
         await stopped
         worker.cancel()
         try:
-            await _stops(worker, 0.5)
+            await _shared.stops(worker, 0.5, "the worker")
         finally:
             worker.cancel()
 

@@ -25,7 +25,7 @@ from asyncio import tasks as _tasks
 from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
-from . import _clocks, _peers
+from . import _agens, _clocks, _peers
 from ._timing import Timing, callback_site, internal_callback, task_site, timer_site
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
@@ -295,6 +295,9 @@ class VirtualEventLoop(WheelEventLoop):
             timing._check_free(self)
         super().__init__(selector, tick=tick)
         self._selector: Any = _VirtualSelector(self._selector, self)
+        # shutdown_asyncgens() closes them in the order they first ran, not
+        # in address order (see _agens): the same run every time.
+        self._asyncgens: Any = _agens.OrderedWeakSet()
         wheel = self._wheel
         self._next_timer = getattr(wheel, "next_when", None) or wheel.next_deadline
         self._wheel_call_at = wheel.call_at

@@ -25,7 +25,7 @@ from asyncio import tasks as _tasks
 from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
-from . import _agens, _clocks, _peers
+from . import _agens, _clocks, _gc, _peers
 from ._timing import Timing, callback_site, internal_callback, task_site, timer_site
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
@@ -248,6 +248,9 @@ class VirtualEventLoop(WheelEventLoop):
     # Until BaseEventLoop.__init__ runs: a loop whose arguments were refused
     # is "closed" for __del__.
     _closed = True
+    # Holding the cyclic collector off (a loop with a Timing, from its first
+    # run until close(); see _gc).
+    _gc_held = False
 
     def __init__(
         self,
@@ -591,6 +594,8 @@ class VirtualEventLoop(WheelEventLoop):
             self._known_threads = weakref.WeakSet(_threading.enumerate())
         if self._timing is not None:
             self._timing._started(self)
+            if not self._closed:  # (a closed loop refuses to run, and is never closed again)
+                _gc.hold(self)  # until close(): a replay meets the same events (see _gc)
         clocks = self._clocks
         if clocks is None:
             super().run_forever()
@@ -643,6 +648,7 @@ class VirtualEventLoop(WheelEventLoop):
             self._timers = []
         if self._timing is not None:
             self._timing._detach(self)
+        _gc.release(self)
 
     def __repr__(self) -> str:
         return (

@@ -7,7 +7,6 @@ answer as one JSON line on stdout.
     python _runner.py survive NAME N     # timings(): N examples must all pass
 """
 
-import gc
 import json
 import math
 import os
@@ -120,23 +119,16 @@ def main(argv):
             return super().call_at(when, callback, *args, context=context)
 
     def run(timing):
-        # No cyclic garbage collection during a run: when the collector runs
-        # depends on allocations outside the program (hypothesis's own), and
-        # an async generator it finalizes mid-run (``async with
-        # pool.connection()`` is one) schedules its aclose() then instead of
-        # at the loop's shutdown_asyncgens() -- so the same draws made runs
-        # of different lengths, and hypothesis stopped with "inconsistent
-        # data" (psycopg-pool 3.3.1 after 164 examples).  Garbage a run
-        # leaves is collected after it, with hypothesis's own (a full
-        # collection before every run cost hypothesis most of its time to
-        # shrink: the heap it keeps is large).
-        gc.disable()
-        try:
-            loop = GuardedLoop(timing=timing, limit=LIMIT)
-            with asyncio.Runner(loop_factory=lambda: loop) as runner:
-                runner.run(bug.scenario())
-        finally:
-            gc.enable()
+        # No cyclic garbage collection during a run with a Timing: the loop
+        # itself keeps the collector off from its first run until it is
+        # closed (pywheel/testing/_gc.py says why: an async generator
+        # finalized mid-run, as ``async with pool.connection()`` leaves one,
+        # made the same draws run differently -- psycopg-pool 3.3.1 stopped
+        # with "inconsistent data" after 164 examples).  Hunting, surviving
+        # and minimize()'s replays all run such loops.
+        loop = GuardedLoop(timing=timing, limit=LIMIT)
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            runner.run(bug.scenario())
 
     if mode == "punctual":
         out["violation"] = _violation(lambda: run(None))

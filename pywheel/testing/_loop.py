@@ -25,7 +25,7 @@ from asyncio import tasks as _tasks
 from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
-from . import _clocks, _peers
+from . import _agens, _clocks, _gc, _peers
 from ._timing import Timing, callback_site, internal_callback, task_site, timer_site
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
@@ -248,6 +248,9 @@ class VirtualEventLoop(WheelEventLoop):
     # Until BaseEventLoop.__init__ runs: a loop whose arguments were refused
     # is "closed" for __del__.
     _closed = True
+    # Holding the cyclic collector off (a loop with a Timing, from its first
+    # run until close(); see _gc).
+    _gc_held = False
 
     def __init__(
         self,
@@ -295,6 +298,9 @@ class VirtualEventLoop(WheelEventLoop):
             timing._check_free(self)
         super().__init__(selector, tick=tick)
         self._selector: Any = _VirtualSelector(self._selector, self)
+        # shutdown_asyncgens() closes them in the order they first ran, not
+        # in address order (see _agens): the same run every time.
+        self._asyncgens: Any = _agens.OrderedWeakSet()
         wheel = self._wheel
         self._next_timer = getattr(wheel, "next_when", None) or wheel.next_deadline
         self._wheel_call_at = wheel.call_at
@@ -588,6 +594,8 @@ class VirtualEventLoop(WheelEventLoop):
             self._known_threads = weakref.WeakSet(_threading.enumerate())
         if self._timing is not None:
             self._timing._started(self)
+            if not self._closed:  # (a closed loop refuses to run, and is never closed again)
+                _gc.hold(self)  # until close(): a replay meets the same events (see _gc)
         clocks = self._clocks
         if clocks is None:
             super().run_forever()
@@ -640,6 +648,7 @@ class VirtualEventLoop(WheelEventLoop):
             self._timers = []
         if self._timing is not None:
             self._timing._detach(self)
+        _gc.release(self)
 
     def __repr__(self) -> str:
         return (

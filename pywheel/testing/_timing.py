@@ -437,6 +437,13 @@ class Timing:
         if self._state == "recording":
             self._finish_recording()
 
+    def _release_collector(self) -> None:
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None:
+            from . import _gc
+
+            _gc.release(owner)
+
     def _finish_recording(self) -> None:
         self._state = "recorded"
         if self._hypothesis:
@@ -590,6 +597,7 @@ def timings(
             f"max_jitter={DEFAULT_MAX_JITTER})"
         )
     from hypothesis import strategies as st
+    from hypothesis.control import cleanup
 
     ints: dict[int, Any] = {}
 
@@ -615,6 +623,10 @@ def timings(
             max_draws=max_draws,
         )
         t._hypothesis = True
+        # The loop a test left open gives the cyclic collector back at the
+        # end of the example (see _gc): left off, it would stay off for the
+        # rest of the session, and every cycle made after it would pile up.
+        cleanup(t._release_collector)
         return t
 
     return _timing()

@@ -6,12 +6,14 @@ parity harness puts tests/parity/site first on PYTHONPATH, and its
 sitecustomize swaps in WheelEventLoop when PYWHEEL_PARITY_LOOP=wheel.
 
     python tests/parity/cpython_suite.py OUT.json [test.test_asyncio.test_tasks ...]
-        [--memory GIB] [--module-timeout SECONDS]
+        [--memory GIB] [--module-timeout SECONDS] [--test-timeout SECONDS]
 
 Each test module runs in a process of its own, with its address space capped
-(RLIMIT_AS, --memory GiB, default 4) and a wall-clock limit (--module-timeout,
-default 900 s), so that one test that grows or hangs without bound fails on
-this loop instead of taking the run, or the machine, with it.  A test that
+(RLIMIT_AS, --memory GiB, default 4) and wall-clock limits (--module-timeout,
+default 900 s, for one process; --test-timeout, default 120 s, for one test:
+the process is killed when its stream of outcomes has not moved for that
+long), so that one test that grows or hangs without bound fails on this loop
+instead of taking the run, or the machine, with it.  A test that
 dies that way (MemoryError, the process killed by a signal or the timeout, or
 exiting mid-test) is recorded as "fail"; the module's tests after it run in
 a new process (at most MAX_RESUMES times a module; past that, the rest are
@@ -150,7 +152,7 @@ def read_stream(path: str):
     return listed, started, outcomes, memory, done
 
 
-def run_child(names, stream, memory_bytes, timeout):
+def run_child(names, stream, memory_bytes, timeout, test_timeout):
     """One child; returns (how it ended, its peak RSS in MiB)."""
 
     def cap():
@@ -164,11 +166,13 @@ def run_child(names, stream, memory_bytes, timeout):
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             ended = (status, usage)
-        elif time.monotonic() > deadline:
+        elif time.monotonic() > deadline or stalled(stream, test_timeout):
             os.killpg(proc.pid, signal.SIGKILL)
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = -9
-            return f"timeout after {timeout:.0f}s", usage.ru_maxrss / 1024
+            if time.monotonic() > deadline:
+                return f"module timeout after {timeout:.0f}s", usage.ru_maxrss / 1024
+            return f"test timeout: no outcome for {test_timeout:.0f}s", usage.ru_maxrss / 1024
         else:
             time.sleep(0.2)
     status, usage = ended
@@ -182,14 +186,22 @@ def run_child(names, stream, memory_bytes, timeout):
     return how, usage.ru_maxrss / 1024
 
 
-def run_module(module, names, memory_bytes, timeout, scratch, outcomes, events):
+def stalled(stream: str, test_timeout: float) -> bool:
+    """No line (a test started or ended) in the stream for test_timeout s."""
+    try:
+        return time.time() - os.stat(stream).st_mtime > test_timeout
+    except FileNotFoundError:  # not started yet
+        return False
+
+
+def run_module(module, names, limits, scratch, outcomes, events):
     stream = os.path.join(scratch, module + ".stream")
     todo = names
     for attempt in range(MAX_RESUMES + 1):
         if os.path.exists(stream):
             os.remove(stream)
         t0 = time.monotonic()
-        how, rss = run_child(todo, stream, memory_bytes, timeout)
+        how, rss = run_child(todo, stream, *limits)
         listed, started, got, memory, done = read_stream(stream)
         outcomes.update(got)
         for tid in sorted(memory):
@@ -248,13 +260,15 @@ def run_module(module, names, memory_bytes, timeout, scratch, outcomes, events):
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--child":
         return child(argv[1], argv[2:])
-    memory_gib, timeout, rest = 4.0, 900.0, []
+    memory_gib, timeout, test_timeout, rest = 4.0, 900.0, 120.0, []
     it = iter(argv)
     for a in it:
         if a == "--memory":
             memory_gib = float(next(it))
         elif a == "--module-timeout":
             timeout = float(next(it))
+        elif a == "--test-timeout":
+            test_timeout = float(next(it))
         else:
             rest.append(a)
     out, names = rest[0], rest[1:]
@@ -268,7 +282,8 @@ def main(argv: list[str]) -> int:
     events: list[dict] = []
     t0 = time.monotonic()
     for module, group in groups.items():
-        run_module(module, group, int(memory_gib * 2**30), timeout, scratch, outcomes, events)
+        limits = (int(memory_gib * 2**30), timeout, test_timeout)
+        run_module(module, group, limits, scratch, outcomes, events)
         # Written after every module: an interrupted run keeps what it got.
         with open(out, "w") as f:
             json.dump(outcomes, f, indent=0, sort_keys=True)

@@ -176,13 +176,24 @@ def _cap(memory_gib: float):
 
 
 def run_one(
-    cache, out, version, suite, loop, timeout, only=None, tag="", memory=4.0, module_timeout=900
+    cache,
+    out,
+    version,
+    suite,
+    loop,
+    timeout,
+    only=None,
+    tag="",
+    memory=4.0,
+    module_timeout=900,
+    test_timeout=120,
 ) -> None:
     """One suite on one loop; with `only`, just those tests (ids as in the
     outcome files), into files named with `tag`.  CPython's suite runs a
-    process per test module, each capped at `memory` GiB of address space
-    and `module_timeout` seconds (see cpython_suite.py: a test that hits
-    either fails, and is listed in <name>.capped.json); a pytest suite runs
+    process per test module, each capped at `memory` GiB of address space,
+    `module_timeout` seconds and `test_timeout` seconds a test (see
+    cpython_suite.py: a test that hits one fails, and is listed in
+    <name>.capped.json); a pytest suite runs
     in one process under the same cap, and `timeout` bounds it."""
     py = venv(cache, version, suite, uvloop="uvloop" in loop)
     name = f"{suite}-{version}-{loop}{tag}"
@@ -201,7 +212,8 @@ def run_one(
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if suite == "cpython":
         cmd = [py, CPYTHON_RUNNER, result, "--memory", str(memory)]
-        cmd += ["--module-timeout", str(module_timeout), *(only or [])]
+        cmd += ["--module-timeout", str(module_timeout), "--test-timeout", str(test_timeout)]
+        cmd += only or []
         cwd = out
         timeout = None  # each module has its own
     else:
@@ -343,6 +355,7 @@ def main() -> int:
     ap.add_argument(
         "--module-timeout", type=float, default=900, help="per CPython test module, seconds"
     )
+    ap.add_argument("--test-timeout", type=float, default=120, help="per CPython test, seconds")
     ap.add_argument("--report", action="store_true", help="only print the table of past runs")
     ap.add_argument("--setup", action="store_true", help="only make the venvs")
     ap.add_argument("--confirm", action="store_true", help="only re-run the differences alone")
@@ -357,7 +370,11 @@ def main() -> int:
         versions = pythons if (suite == "cpython" or args.python) else pythons[:1]
         runs += [(suite, v) for v in versions]
     pair = "uvloop" if args.uvloop else "wheel"
-    caps = {"memory": args.memory, "module_timeout": args.module_timeout}
+    caps = {
+        "memory": args.memory,
+        "module_timeout": args.module_timeout,
+        "test_timeout": args.test_timeout,
+    }
     if args.setup:
         for suite, version in runs:
             venv(args.cache, version, suite, uvloop=args.uvloop)

@@ -96,7 +96,13 @@ def child(stream_path: str, names: list[str]) -> int:
                     put("memory", test.id())
                 put("fail", test.id())
 
-    suite = unittest.defaultTestLoader.loadTestsFromNames(names)
+    try:
+        suite = unittest.defaultTestLoader.loadTestsFromNames(names)
+    except unittest.SkipTest:  # test_windows_events and the like skip at import
+        put("test", names[0])
+        put("skip", names[0])
+        put("done", "0")
+        return 0
 
     def ids(s):
         for t in s:

@@ -146,6 +146,11 @@ virtual-aiohttp: build
 	$(PYTHON) -m pytest -q tests/test_virtual_time_aiohttp.py
 
 # The same suites on uvloop and on pywheel.uvloop (uvloop, from PyPI, is the oracle).
+# Last run (2026-12-01, uvloop 0.23.0): CPython's whole test.test_asyncio on
+# 3.11/3.12/3.13, 1,549/1,598/1,680 passed on both, 0 lost; aiohttp's subset on
+# 3.12 and 3.13, 2,412 on uvloop, 2,413 on pywheel.uvloop, 0 lost. About 30
+# minutes a Python for CPython's suite on two loaded cores (the hung and
+# runaway tests cost 120 s each), 12 for aiohttp's.
 parity-uvloop: build
 	$(PYTHON) tests/parity/parity.py --uvloop
 

@@ -126,7 +126,7 @@ def make_venv(
     sh([base, "-m", "venv", "--clear", path])
     pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     try:
-        _fetch([*pip, "setuptools", *deps], f"pip install of {path}'s test dependencies")
+        _fetch([*pip, "setuptools>=77", *deps], f"pip install of {path}'s test dependencies")
         if sdist:
             _fetch([*pip, sdist], f"pip install {sdist}", env=dict(os.environ, **(env or {})))
     except Unavailable:

@@ -26,6 +26,26 @@ not pass on pywheel.uvloop (uvloop fails many of CPython's tests itself).
 
     python tests/parity/parity.py --uvloop --suite cpython --python 3.12
 
+Last --uvloop run (2026-12-01, uvloop 0.23.0, one command per Python and
+suite): CPython's whole test.test_asyncio, passed on uvloop / on
+pywheel.uvloop / on uvloop only: 3.11 1549/1549/0, 3.12 1598/1598/0, 3.13
+1680/1680/0; aiohttp's subset 3.12 and 3.13 2412/2413/0 each.
+
+Limits: CPython's suite runs a process per test module (cpython_suite.py),
+each with its address space capped at --memory GiB (RLIMIT_AS, default 4),
+--module-timeout seconds (default 900) and --test-timeout seconds without a
+test's outcome (default 120); a pytest suite runs in one process under the
+same memory cap and --timeout.  A test that hits a limit, or whose process
+dies, counts as failed on that loop (never dropped: the module's other tests
+run on in a new process) and is listed under the report's table with the
+reason and the process's peak RSS, per loop, from <run>.capped.json.  This is
+what keeps a runaway test from taking the machine: on uvloop and on
+pywheel.uvloop alike, test_runners' test_asyncio_run_without_uncancel,
+test_interrupt_call_soon and test_interrupt_wait grow without bound (one run
+reached 23 GB before the kernel killed everything), and test_sock_lowlevel's
+test_sock_client_racing and test_sslproto's
+test_start_tls_client_buf_proto_1 hang.
+
 Everything downloaded or built lives in --cache (default
 ~/.cache/pywheel-parity): sdists (``pip download --no-binary :all:``), one venv
 per Python and suite with the suite's test dependencies from PyPI, and pywheel
@@ -42,6 +62,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -168,15 +189,39 @@ def venv(cache: str, version: str, suite: str, uvloop: bool = False) -> str:
     return py
 
 
-def run_one(cache, out, version, suite, loop, timeout, only=None, tag="") -> None:
+def _cap(memory_gib: float):
+    """preexec_fn: the run's address space capped at memory_gib GiB."""
+    limit = int(memory_gib * 2**30)
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def run_one(
+    cache,
+    out,
+    version,
+    suite,
+    loop,
+    timeout,
+    only=None,
+    tag="",
+    memory=4.0,
+    module_timeout=900,
+    test_timeout=120,
+) -> None:
     """One suite on one loop; with `only`, just those tests (ids as in the
-    outcome files), into files named with `tag`."""
+    outcome files), into files named with `tag`.  CPython's suite runs a
+    process per test module, each capped at `memory` GiB of address space,
+    `module_timeout` seconds and `test_timeout` seconds a test (see
+    cpython_suite.py: a test that hits one fails, and is listed in
+    <name>.capped.json); a pytest suite runs
+    in one process under the same cap, and `timeout` bounds it."""
     py = venv(cache, version, suite, uvloop="uvloop" in loop)
     name = f"{suite}-{version}-{loop}{tag}"
     result = os.path.join(out, name + ".json")
     logf = os.path.join(out, name + ".log")
     count = os.path.join(out, name + ".loops")
-    for stale in (result, count):
+    capped = os.path.join(out, name + ".capped.json")
+    for stale in (result, count, capped):
         if os.path.exists(stale):
             os.remove(stale)
     env = dict(os.environ)
@@ -186,8 +231,11 @@ def run_one(cache, out, version, suite, loop, timeout, only=None, tag="") -> Non
     env["PYWHEEL_PARITY_COUNT"] = count
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if suite == "cpython":
-        cmd = [py, CPYTHON_RUNNER, result, *(only or [])]
+        cmd = [py, CPYTHON_RUNNER, result, "--memory", str(memory)]
+        cmd += ["--module-timeout", str(module_timeout), "--test-timeout", str(test_timeout)]
+        cmd += only or []
         cwd = out
+        timeout = None  # each module has its own
     else:
         src = sdist_dir(cache, SUITES[suite]["sdist"])
         xml = os.path.join(out, name + ".xml")
@@ -201,8 +249,10 @@ def run_one(cache, out, version, suite, loop, timeout, only=None, tag="") -> Non
     t0 = time.monotonic()
     with open(logf, "w") as f:
         try:
+            # CPython's runner caps its children itself (the runner is small).
+            cap = None if suite == "cpython" else _cap(memory)
             proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                  timeout=timeout)  # fmt: skip
+                                  timeout=timeout, preexec_fn=cap)  # fmt: skip
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
@@ -223,7 +273,7 @@ def lost_tests(out: str, name: str, tag: str = "", pair: str = "wheel") -> list[
     return sorted(t for t, o in stock.items() if o == "pass" and wheel.get(t) != "pass")
 
 
-def confirm(cache, out, version, suite, timeout, pair: str = "wheel") -> None:
+def confirm(cache, out, version, suite, timeout, pair: str = "wheel", **caps) -> None:
     """Runs the tests that passed on stock and not on the wheel loop again,
     alone, on both: what another test left behind (an unclosed socket's
     ResourceWarning, raised at whichever test the collector runs in) does
@@ -235,7 +285,7 @@ def confirm(cache, out, version, suite, timeout, pair: str = "wheel") -> None:
             os.remove(path)
     if lost and len(lost) <= 100:
         for loop in PAIRS[pair]:
-            run_one(cache, out, version, suite, loop, timeout, only=lost, tag="-confirm")
+            run_one(cache, out, version, suite, loop, timeout, only=lost, tag="-confirm", **caps)
 
 
 def load(out: str, name: str):
@@ -268,7 +318,7 @@ def report(out: str, runs: list[tuple[str, str]], pair: str = "wheel") -> str:
         f"| {c_name} loops made |",
         "|---|---|---|---|---|---|",
     ]
-    details = []
+    details, capped = [], []
     for suite, version in runs:
         stock = load(out, f"{suite}-{version}-{oracle}")
         wheel = load(out, f"{suite}-{version}-{candidate}")
@@ -291,9 +341,20 @@ def report(out: str, runs: list[tuple[str, str]], pair: str = "wheel") -> str:
         )
         for t in lost:
             details.append(f"- {suite} {version}: `{t}` ({wheel.get(t, 'not run')} on pywheel)")
+        for loop, shown in ((oracle, o_name), (candidate, c_name)):
+            for e in load(out, f"{suite}-{version}-{loop}.capped") or []:
+                capped.append(
+                    f"- {suite} {version} on {shown}: `{e['test']}`: {e['reason']} "
+                    f"(process peak RSS {e['maxrss_mib']} MiB)"
+                )
     text = "\n".join(rows)
     if details:
         text += f"\n\nPassed on {o_name}, not on {c_name} (first run):\n" + "\n".join(details)
+    if capped:
+        text += (
+            "\n\nTests that hit the memory cap or the module timeout, or whose process "
+            "died (counted as failed on that loop):\n" + "\n".join(capped)
+        )
     return text + "\n"
 
 
@@ -308,6 +369,13 @@ def main() -> int:
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/pywheel-parity"))
     ap.add_argument("--out", help="default: <cache>/results")
     ap.add_argument("--timeout", type=float, default=3600, help="per run, seconds")
+    ap.add_argument(
+        "--memory", type=float, default=4.0, help="GiB of address space a test process may use"
+    )
+    ap.add_argument(
+        "--module-timeout", type=float, default=900, help="per CPython test module, seconds"
+    )
+    ap.add_argument("--test-timeout", type=float, default=120, help="per CPython test, seconds")
     ap.add_argument("--report", action="store_true", help="only print the table of past runs")
     ap.add_argument("--setup", action="store_true", help="only make the venvs")
     ap.add_argument("--confirm", action="store_true", help="only re-run the differences alone")
@@ -322,18 +390,23 @@ def main() -> int:
         versions = pythons if (suite == "cpython" or args.python) else pythons[:1]
         runs += [(suite, v) for v in versions]
     pair = "uvloop" if args.uvloop else "wheel"
+    caps = {
+        "memory": args.memory,
+        "module_timeout": args.module_timeout,
+        "test_timeout": args.test_timeout,
+    }
     if args.setup:
         for suite, version in runs:
             venv(args.cache, version, suite, uvloop=args.uvloop)
         return 0
     if args.confirm:
         for suite, version in runs:
-            confirm(args.cache, out, version, suite, args.timeout, pair)
+            confirm(args.cache, out, version, suite, args.timeout, pair, **caps)
     elif not args.report:
         for suite, version in runs:
             for loop in args.loop or PAIRS[pair]:
-                run_one(args.cache, out, version, suite, loop, args.timeout)
-            confirm(args.cache, out, version, suite, args.timeout, pair)
+                run_one(args.cache, out, version, suite, loop, args.timeout, **caps)
+            confirm(args.cache, out, version, suite, args.timeout, pair, **caps)
     text = report(out, runs, pair)
     with open(os.path.join(out, "report-uvloop.md" if args.uvloop else "report.md"), "w") as f:
         f.write(text)

@@ -85,6 +85,21 @@ def outcome_of(*, when: bool, message=str):
     return outcome
 
 
+def fails_under(program, timing, runs=None) -> bool:
+    """Whether ``program()`` (a coroutine function) fails an assertion when run
+    on virtual time under ``timing``: the predicate Timing.minimize() is given
+    in the minimize tests; ``runs``, if given, collects each Timing tried."""
+    from pywheel import testing as vt
+
+    if runs is not None:
+        runs.append(timing)
+    try:
+        vt.run(program(), timing=timing)
+    except AssertionError:
+        return True
+    return False
+
+
 def conserved(w) -> bool:
     s = w.stats()
     return s["scheduled"] == s["fired"] + s["cancelled"] + s["pending"]

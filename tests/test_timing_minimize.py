@@ -5,6 +5,7 @@ import asyncio
 import random
 
 import pytest
+from helpers import fails_under
 
 from pywheel import testing as vt
 
@@ -23,13 +24,7 @@ async def one_late_wake_up_breaks_it():
 
 
 def fails(timing, counter=None):
-    if counter is not None:
-        counter.append(timing)
-    try:
-        vt.run(one_late_wake_up_breaks_it(), timing=timing)
-    except AssertionError:
-        return True
-    return False
+    return fails_under(one_late_wake_up_breaks_it, timing, counter)
 
 
 def a_failing_timing():

@@ -6,6 +6,8 @@ decisions that matter, within a minute)."""
 import asyncio
 import random
 
+from helpers import fails_under
+
 from pywheel import testing as vt
 
 
@@ -24,13 +26,7 @@ async def an_odd_number_of_slips_breaks_it():
 
 
 def fails(timing, runs=None):
-    if runs is not None:
-        runs.append(timing)
-    try:
-        vt.run(an_odd_number_of_slips_breaks_it(), timing=timing)
-    except AssertionError:
-        return True
-    return False
+    return fails_under(an_odd_number_of_slips_breaks_it, timing, runs)
 
 
 def a_failing_timing(at_least=7):
@@ -68,11 +64,7 @@ def test_minimize_halves_a_decision_while_it_still_fails():
     t = vt.Timing(max_late=0.02, draw=lambda n: next(decided, 0))
 
     def late_fails(x):
-        try:
-            vt.run(one_late_wake_up_breaks_it(), timing=x)
-        except AssertionError:
-            return True
-        return False
+        return fails_under(one_late_wake_up_breaks_it, x)
 
     assert late_fails(t)
     m = t.minimize(late_fails)
@@ -113,11 +105,7 @@ def test_minimize_realigns_the_decisions_after_one_it_removes():
     t = vt.Timing(max_late=0.005, draw=lambda n: next(decided, 0))
 
     def beat_fails(x):
-        try:
-            vt.run(a_late_eleventh_beat_breaks_it(), timing=x)
-        except AssertionError:
-            return True
-        return False
+        return fails_under(a_late_eleventh_beat_breaks_it, x)
 
     assert beat_fails(t) and len(t.decisions) == 2
     m = t.minimize(beat_fails)

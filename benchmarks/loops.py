@@ -233,12 +233,13 @@ def plan(cfg, ok) -> list:
     """[(label, thunk)] for run.build_plan; ok(name) says whether a loop runs."""
     out = []
     usable = [(cls, f) for cls, f in LOOPS if ok(cls.name) and not cls().unavailable()]
+    ratio = any(cls is WheelLoop for cls, _ in usable)
     for n in cfg.loops_ns:
         for cls, _ in usable:
             out.append(
                 (f"loops pair {cls.name} N={n:.0e}", lambda c=cls, n=n: pair_unit(c, n, cfg))
             )
-        if any(cls is WheelLoop for cls, _ in usable):
+        if ratio:
             out.append(
                 (
                     f"loops ratio WheelEventLoop / its wheel N={n:.0e}",

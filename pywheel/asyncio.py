@@ -214,11 +214,13 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         # collect_due(x) takes when() <= x, so x is the float just below.
         # Where adding the resolution changes nothing (times past 2**24 s),
         # everything with when() <= time() is due, or a virtual clock that
-        # jumped onto a deadline would never run it.
+        # jumped onto a deadline would never run it.  _collect_for_loop also
+        # takes every timer whose deadline was a float <= time(), for a
+        # time() frozen between two nanoseconds (see manual.c).
         now = self.time()
         end = now + self._clock_resolution
         end = _nextafter(end, -math.inf) if end > now else now
-        wheel.collect_due(end if end > wheel.time() else wheel.time())
+        wheel._collect_for_loop(end, now)
         ntodo = len(ready)
         if self._debug:
             for _ in range(ntodo):

@@ -264,6 +264,13 @@ int pw__float_time_to_ns(double d, int64_t *out) {
   return time_rule(d, out);
 }
 
+/* The floor rule (or, with whole_reading, the reading rule) for a finite
+ * float, without an exception: -1 out of range.  For the event loops'
+ * collection (manual.c), which holds doubles. */
+int pw__float_target_to_ns(double d, bool whole_reading, int64_t *out) {
+  return whole_reading ? reading_rule(d, out) : floor_rule(d, out);
+}
+
 /* a + b for a time and a span, either possibly +-inf (NEVER_NS, PAST_NS);
  * OverflowError naming `what` when a finite sum leaves the range. */
 int pw__add_time(int64_t a, int64_t b, const char *what, int64_t *out) {

@@ -309,17 +309,51 @@ static int parse_target(WheelObject *self, const char *fname, PyObject *const *a
   return check_target(self->core, *when);
 }
 
+/* collect_exact, and how many timers it set aside (collect_due's result). */
+static PyObject *collect_and_count(core *c, int64_t target_ns) {
+  collect_exact(c, target_ns);
+  pw_driver_lock(&c->drv);
+  size_t n = c->drv.batch_n - c->drv.batch_pos;
+  pw_driver_unlock(&c->drv);
+  return PyLong_FromSize_t(n);
+}
+
 static PyObject *manual_collect_due(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames) {
   int64_t when;
   if (parse_target(self, "collect_due", args, nargs, kwnames, &when) < 0)
     return NULL;
-  core *c = self->core;
-  collect_exact(c, when);
-  pw_driver_lock(&c->drv);
-  size_t n = c->drv.batch_n - c->drv.batch_pos;
-  pw_driver_unlock(&c->drv);
-  return PyLong_FromSize_t(n);
+  return collect_and_count(self->core, when);
+}
+
+/* WheelEventLoop's collection for one iteration whose time() read `now`,
+ * with `end` the float below now + the clock's resolution: what
+ * collect_due(end) sets aside (time never going back, as collect_due of
+ * max(end, time()) does), and also every timer whose deadline was made from
+ * a float at most `now`.  The two differ only for a `now` between two
+ * readings (a time() a test froze with a mock at a deadline it computed):
+ * the stock loop runs a timer at that deadline (when < now + resolution),
+ * while its count, the first that reads at least the float, can read past
+ * the float below now + 1 ns.  Not a public method: the loop's rule. */
+static PyObject *manual_collect_for_loop(WheelObject *self, PyObject *const *args,
+                                         Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "_collect_for_loop() takes 2 arguments (%zd given)", nargs);
+    return NULL;
+  }
+  core *c = manual_core(self);
+  int64_t target, at;
+  if (!c || check_not_advancing(c) < 0 || pw__target_to_ns(args[0], "when", false, &target) < 0)
+    return NULL;
+  if (pw__float_target_to_ns(pw__s_of_ns(c->manual_ns), false, &at) == 0 && at > target)
+    target = at;
+  if (PyFloat_Check(args[1])) {
+    double now = PyFloat_AS_DOUBLE(args[1]);
+    if (isfinite(now) && pw__float_target_to_ns(now, true, &at) == 0 && at > target &&
+        at < NEVER_NS)
+      target = at;
+  }
+  return check_target(c, target) < 0 ? NULL : collect_and_count(c, target);
 }
 
 static PyObject *manual_stock_handles(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -367,6 +401,10 @@ static PyMethodDef manual_methods[] = {
      "collect_due($self, /, when)\n--\n\nReturns int. "
      "The first half of run_due(): move time to `when` and set aside every timer whose exact "
      "deadline is <= when; return how many are set aside.  cancel() still stops them."},
+    {"_collect_for_loop", (PyCFunction)(void (*)(void))manual_collect_for_loop, METH_FASTCALL,
+     "_collect_for_loop($self, end, now, /)\n--\n\nReturns int. "
+     "For event loops: collect_due(max(end, time())), and every timer whose deadline was made "
+     "from a float at most `now` (a time() read between two nanoseconds)."},
     {"_stock_handles", (PyCFunction)manual_stock_handles, METH_NOARGS,
      "For event loops: handles scheduled from now on behave as asyncio.TimerHandle "
      "(cancel() returns None, cancelled() after a late cancel(), == and hash)."},

@@ -191,6 +191,7 @@ int pw__seconds_to_ns(PyObject *o, const char *what, int64_t *out);
 int pw__time_to_ns(PyObject *o, const char *what, int64_t *out);
 int pw__float_time_to_ns(double d, int64_t *out);
 int pw__target_to_ns(PyObject *o, const char *what, bool whole_reading, int64_t *out);
+int pw__float_target_to_ns(double d, bool whole_reading, int64_t *out);
 int pw__add_time(int64_t a, int64_t b, const char *what, int64_t *out);
 double pw__late_quantile(const core *c, double q);
 

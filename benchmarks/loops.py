@@ -129,7 +129,7 @@ def pair_unit(cls, n: int, cfg) -> dict:
     gc.collect()
     peer.open()
     peer.fill(n)
-    k = max(cfg.k_min, min(n // 10, cfg.k_max))
+    k = _pair_k(n, cfg)
     rec = {"workload": "loops_pair", "impl": peer.name, "n": n, **_rounds(peer, "pair", k, cfg)}
     peer.close()
     del peer
@@ -146,40 +146,89 @@ class _WheelLoopSwitched(WheelLoop):
         return self.loop.wheel.call_later if self.direct else self.loop.call_later
 
 
+def _abba(one_round, cfg) -> tuple[list[float], list[float]]:
+    """ns per op of side False and side True, timed by one_round(side) in
+    alternating rounds (ABBA) after a warm-up round of each: the two costs
+    come from the same moments of a shared machine, where pair_unit's
+    medians of separate runs can be taken seconds apart."""
+    ns: dict[bool, list[float]] = {False: [], True: []}
+    for side in (False, True):
+        one_round(side)
+    for i in range(max(3 * cfg.rounds, 3)):
+        for side in (False, True) if i % 2 == 0 else (True, False):
+            ns[side].append(one_round(side))
+    return ns[False], ns[True]
+
+
+def _pair_k(n: int, cfg) -> int:
+    return max(cfg.k_min, min(n // 10, cfg.k_max))
+
+
+def _median_ratio(a: list[float], b: list[float]) -> tuple[float, list[float]]:
+    ratios = sorted(x / y for x, y in zip(a, b, strict=True))
+    return ratios[len(ratios) // 2], [round(r, 3) for r in ratios]
+
+
 def ratio_unit(n: int, cfg) -> dict:
     """WheelEventLoop's call_later + cancel over its own wheel's, on one loop
-    with n pending, in alternating rounds (ABBA), each round as pair_unit's:
-    the two costs come from the same moments of a shared machine, where
-    pair_unit's medians of separate runs can be taken seconds apart.  The
-    target is the median of the per-round-pair ratios."""
+    with n pending, in alternating rounds (_abba), each round as pair_unit's.
+    The target is the median of the per-round-pair ratios."""
     from .workloads import GcCounter, _one_round
 
     peer = _WheelLoopSwitched()
     gc.collect()
     peer.open()
     peer.fill(n)
-    k = max(cfg.k_min, min(n // 10, cfg.k_max))
+    k = _pair_k(n, cfg)
     g = GcCounter()
-    ns: dict[bool, list[float]] = {False: [], True: []}
-    for direct in (False, True):  # warm-up
+
+    def one(direct: bool) -> float:
         peer.direct = direct
-        _one_round(peer, "pair", k, g)
-    for i in range(max(3 * cfg.rounds, 3)):
-        for direct in (False, True) if i % 2 == 0 else (True, False):
-            peer.direct = direct
-            dt, _ = _one_round(peer, "pair", k, g)
-            ns[direct].append(dt / k)
+        return _one_round(peer, "pair", k, g)[0] / k
+
+    loop_ns, wheel_ns = _abba(one, cfg)
     peer.close()
-    ratios = sorted(a / b for a, b in zip(ns[False], ns[True], strict=True))
+    ratio, ratios = _median_ratio(loop_ns, wheel_ns)
     return {
         "workload": "loops_ratio",
         "impl": WheelLoop.name,
         "n": n,
         "k": k,
-        "ratio": ratios[len(ratios) // 2],
-        "ratios": [round(r, 3) for r in ratios],
-        "loop_ns": [round(x, 2) for x in ns[False]],
-        "wheel_ns": [round(x, 2) for x in ns[True]],
+        "ratio": ratio,
+        "ratios": ratios,
+        "loop_ns": [round(x, 2) for x in loop_ns],
+        "wheel_ns": [round(x, 2) for x in wheel_ns],
+        **g.as_dict(),
+    }
+
+
+def uv_ratio_unit(n: int, cfg) -> dict:
+    """How many times faster pywheel.uvloop's call_later + cancel is than
+    uvloop's: a loop of each with n pending, timed in alternating rounds
+    (_abba), each round as pair_unit's; the target is the median of the
+    per-round-pair speed-ups (uvloop's ns over pywheel.uvloop's)."""
+    from .workloads import GcCounter, _one_round
+
+    peers = {False: P.UvLoop(), True: PywheelUvloop()}
+    gc.collect()
+    for peer in peers.values():
+        peer.open()
+        peer.fill(n)
+    k = _pair_k(n, cfg)
+    g = GcCounter()
+    uv_ns, pw_ns = _abba(lambda side: _one_round(peers[side], "pair", k, g)[0] / k, cfg)
+    for peer in peers.values():
+        peer.close()
+    ratio, ratios = _median_ratio(uv_ns, pw_ns)
+    return {
+        "workload": "loops_uv_ratio",
+        "impl": PywheelUvloop.name,
+        "n": n,
+        "k": k,
+        "ratio": ratio,
+        "ratios": ratios,
+        "uvloop_ns": [round(x, 2) for x in uv_ns],
+        "pywheel_uvloop_ns": [round(x, 2) for x in pw_ns],
         **g.as_dict(),
     }
 
@@ -234,6 +283,10 @@ def plan(cfg, ok) -> list:
     out = []
     usable = [(cls, f) for cls, f in LOOPS if ok(cls.name) and not cls().unavailable()]
     ratio = any(cls is WheelLoop for cls, _ in usable)
+    # uvloop against pywheel.uvloop, where both import (PywheelUvloop needs both)
+    uv_ratio = any(cls is PywheelUvloop for cls, _ in usable) and any(
+        cls is P.UvLoop for cls, _ in usable
+    )
     for n in cfg.loops_ns:
         for cls, _ in usable:
             out.append(
@@ -244,6 +297,13 @@ def plan(cfg, ok) -> list:
                 (
                     f"loops ratio WheelEventLoop / its wheel N={n:.0e}",
                     lambda n=n: ratio_unit(n, cfg),
+                )
+            )
+        if uv_ratio:
+            out.append(
+                (
+                    f"loops ratio uvloop / pywheel.uvloop N={n:.0e}",
+                    lambda n=n: uv_ratio_unit(n, cfg),
                 )
             )
     mem = [cls for cls, _ in usable]
@@ -286,29 +346,52 @@ def _get(records, workload, impl, n=None, key="ns"):
     return None
 
 
-def targets(records) -> list[tuple[str, str, bool | None]]:
-    """(target, measured, ok) rows: WheelEventLoop's pair ≤ 1.5× its wheel's."""
+def _target(records, label, alt, num, den, ok) -> list[tuple[str, str, bool | None]]:
+    """One (target, measured, ok) row at N=1e3 and 1e5: the alternating
+    rounds' ratio (workload `alt`, impl `alt[1]`) where the run has it, else
+    the loops_pair medians num / den."""
     ns = sorted({r["n"] for r in records if r.get("workload") == "loops_pair"})
+    if not ns:
+        return []
     cells, oks = [], []
     for n in ns:
         if n not in (10**3, 10**5):
             continue
-        # the interleaved measurement where the run has it, else the medians
-        r = _get(records, "loops_ratio", WHEEL_LOOP, n, key="ratio")
+        r = _get(records, alt[0], alt[1], n, key="ratio")
         if r is None:
-            a = _get(records, "loops_pair", WHEEL_LOOP, n)
-            b = _get(records, "loops_pair", DIRECT, n)
+            a, b = _get(records, "loops_pair", num, n), _get(records, "loops_pair", den, n)
             if a is None or not b:
                 continue
             r = a / b
         cells.append(f"N={_n(n)}: {r:.2f}×")
-        oks.append(r <= 1.5)
-    if not ns:
-        return []
-    label = "WheelEventLoop call_later+cancel ≤ 1.5× its own wheel's, N=1e3 and 1e5"
+        oks.append(ok(r))
     if not cells:
         return [(label, "not measured (N=1e3 and 1e5 not in this run)", None)]
     return [(label, ", ".join(cells), all(oks))]
+
+
+def targets(records) -> list[tuple[str, str, bool | None]]:
+    """(target, measured, ok) rows: WheelEventLoop's pair ≤ 1.5× its wheel's;
+    pywheel.uvloop's ≥ 3× faster than uvloop's (where both ran)."""
+    rows = _target(
+        records,
+        "WheelEventLoop call_later+cancel ≤ 1.5× its own wheel's, N=1e3 and 1e5",
+        ("loops_ratio", WHEEL_LOOP),
+        WHEEL_LOOP,
+        DIRECT,
+        lambda r: r <= 1.5,
+    )
+    pairs = {r.get("impl") for r in records if r.get("workload") == "loops_pair"}
+    if {P.UvLoop.name, PywheelUvloop.name} <= pairs:
+        rows += _target(
+            records,
+            "pywheel.uvloop call_later+cancel ≥ 3× faster than uvloop's, N=1e3 and 1e5",
+            ("loops_uv_ratio", PywheelUvloop.name),
+            P.UvLoop.name,
+            PywheelUvloop.name,
+            lambda r: r >= 3,
+        )
+    return rows
 
 
 def markdown(records, fmt) -> list[str]:
@@ -363,6 +446,14 @@ def markdown(records, fmt) -> list[str]:
         f"(round pairs from {min(r['ratios']):.2f}× to {max(r['ratios']):.2f}×)"
         for r in alt
     ]
+    uv_alt = sorted(
+        (r for r in records if r.get("workload") == "loops_uv_ratio"), key=lambda r: r["n"]
+    )
+    uv_alternating = [
+        f"N={_n(r['n'])}: {r['ratio']:.2f}× "
+        f"(round pairs from {min(r['ratios']):.2f}× to {max(r['ratios']):.2f}×)"
+        for r in uv_alt
+    ]
     return [
         "## Loops: the event loops side by side",
         "",
@@ -377,6 +468,13 @@ def markdown(records, fmt) -> list[str]:
             f"{len(alt[0]['ratios'])} round pairs; the target's figure): "
             f"{', '.join(alternating)}."
             if alternating
+            else ""
+        )
+        + (
+            " pywheel.uvloop's pair against uvloop's, a loop of each timed in alternating "
+            f"rounds (uvloop's ns over pywheel.uvloop's, median of {len(uv_alt[0]['ratios'])} "
+            f"round pairs; the target's figure): {', '.join(uv_alternating)}."
+            if uv_alternating
             else ""
         ),
         "",

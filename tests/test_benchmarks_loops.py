@@ -43,6 +43,14 @@ def test_loops_workload_reports_each_loop(tmp_path):
     (ratio,) = [r for r in recs if r["workload"] == "loops_ratio"]
     assert len(ratio["loop_ns"]) == len(ratio["wheel_ns"]) == len(ratio["ratios"]) >= 3
     assert min(ratio["ratios"]) <= ratio["ratio"] <= max(ratio["ratios"])
+    # pywheel.uvloop against uvloop in alternating rounds, where uvloop imports
+    uv = [r for r in recs if r["workload"] == "loops_uv_ratio"]
+    assert bool(uv) == has_uvloop
+    for r in uv:
+        assert len(r["uvloop_ns"]) == len(r["pywheel_uvloop_ns"]) == len(r["ratios"]) >= 3
+        assert min(r["ratios"]) <= r["ratio"] <= max(r["ratios"])
+    uv_target = [t for t in doc["targets"] if "faster than uvloop's" in t["target"]]
+    assert len(uv_target) == has_uvloop
     # one column per loop, pywheel.uvloop's too (filled where it imports)
     head = "| | asyncio | uvloop | WheelEventLoop | pywheel.uvloop | its wheel, direct |"
     assert "## Loops: the event loops side by side" in p.stdout and head in p.stdout

@@ -361,3 +361,54 @@ def test_next_when_is_the_least_when_of_the_pending_timers_overdue_or_not():
     assert w.collect_due(0.5) == 1
     assert w.next_when() == 0.2  # set aside, not run: still pending, overdue
     w.close()
+
+
+def _first_count_reading_at_least(x: float) -> int:
+    n = math.ceil(Fraction(x) * 10**9)
+    while (n - 1) / 10**9 >= x:
+        n -= 1
+    while n / 10**9 < x:
+        n += 1
+    return n
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    now=st.floats(1.0, 2.0**23, allow_nan=False),
+    ahead=st.one_of(st.just(0.0), st.floats(-3e-9, 3e-9), st.floats(-1e-6, 1e-6)),
+)
+def test_the_loops_collection_runs_every_timer_at_or_before_time(now, ahead):
+    # WheelEventLoop's rule for one iteration whose time() read `now` (any
+    # float: a mock can freeze it between two nanoseconds): a timer whose
+    # deadline float is at most now always runs; one whose when() is below
+    # now + 1 ns runs, as on the stock loop; none runs more than one reading
+    # past now.
+    w = pywheel.ManualWheel(0.001, start=0.5)
+    when = now + ahead
+    end = now + 1e-9
+    end = math.nextafter(end, -math.inf) if end > now else now
+    h = w.call_at(when, lambda: None)
+    n = w._collect_for_loop(end, now)
+    collected = n == 1
+    if when <= now:
+        assert collected
+    if h.when() <= end:
+        assert collected
+    if collected:
+        reach = max(end, _first_count_reading_at_least(now) / 10**9)
+        assert h.when() <= reach
+    assert w.time() >= now - 1e-9  # time moved to the target, never back
+    w.run_collected()
+    w.close()
+
+
+def test_the_loops_collection_never_moves_time_back():
+    w = pywheel.ManualWheel(0.001, start=10.0)
+    h = w.call_at(10.0, lambda: None)
+    assert w._collect_for_loop(5.0, 5.0) == 1  # the wheel's own time() is the floor
+    assert w.time() == 10.0
+    assert not h.cancelled()
+    with pytest.raises(ValueError):
+        w._collect_for_loop(math.nan, 11.0)
+    assert w._collect_for_loop(10.5, "not a float") == 1  # now only ever raises the target
+    w.close()

@@ -164,6 +164,22 @@ def _pair_k(n: int, cfg) -> int:
     return max(cfg.k_min, min(n // 10, cfg.k_max))
 
 
+def _pair_round(peer, k: int, reps: int, g) -> float:
+    """ns per pair of one ratio round: the pair rounds' bookkeeping (k
+    random pending timers replaced, so N stays pending), then k pairs timed
+    `reps` times over.  A pair leaves N pending, so a round can time more
+    pairs than the N // 10 a round may replace: at N = 1e3 a round of 100
+    pairs lasts 10-50 us, where one interruption moved a round pair's ratio
+    from 2.7x to 0.7x."""
+    peer.release(peer.take(k))
+    delays = P.PAIR_DELAYS[:k]
+    with g:
+        dt = sum(peer.pair(delays) for _ in range(reps))
+    peer.after_pairs(k)
+    peer.fill(k)
+    return dt / (k * reps)
+
+
 def _median_ratio(a: list[float], b: list[float]) -> tuple[float, list[float]]:
     ratios = sorted(x / y for x, y in zip(a, b, strict=True))
     return ratios[len(ratios) // 2], [round(r, 3) for r in ratios]
@@ -171,20 +187,21 @@ def _median_ratio(a: list[float], b: list[float]) -> tuple[float, list[float]]:
 
 def ratio_unit(n: int, cfg) -> dict:
     """WheelEventLoop's call_later + cancel over its own wheel's, on one loop
-    with n pending, in alternating rounds (_abba), each round as pair_unit's.
+    with n pending, in alternating rounds (_abba), each round _pair_round's.
     The target is the median of the per-round-pair ratios."""
-    from .workloads import GcCounter, _one_round
+    from .workloads import GcCounter
 
     peer = _WheelLoopSwitched()
     gc.collect()
     peer.open()
     peer.fill(n)
     k = _pair_k(n, cfg)
+    reps = -(-cfg.k_max // k)
     g = GcCounter()
 
     def one(direct: bool) -> float:
         peer.direct = direct
-        return _one_round(peer, "pair", k, g)[0] / k
+        return _pair_round(peer, k, reps, g)
 
     loop_ns, wheel_ns = _abba(one, cfg)
     peer.close()
@@ -194,6 +211,7 @@ def ratio_unit(n: int, cfg) -> dict:
         "impl": WheelLoop.name,
         "n": n,
         "k": k,
+        "reps": reps,
         "ratio": ratio,
         "ratios": ratios,
         "loop_ns": [round(x, 2) for x in loop_ns],
@@ -205,9 +223,9 @@ def ratio_unit(n: int, cfg) -> dict:
 def uv_ratio_unit(n: int, cfg) -> dict:
     """How many times faster pywheel.uvloop's call_later + cancel is than
     uvloop's: a loop of each with n pending, timed in alternating rounds
-    (_abba), each round as pair_unit's; the target is the median of the
+    (_abba), each round _pair_round's; the target is the median of the
     per-round-pair speed-ups (uvloop's ns over pywheel.uvloop's)."""
-    from .workloads import GcCounter, _one_round
+    from .workloads import GcCounter
 
     peers = {False: P.UvLoop(), True: PywheelUvloop()}
     gc.collect()
@@ -215,8 +233,9 @@ def uv_ratio_unit(n: int, cfg) -> dict:
         peer.open()
         peer.fill(n)
     k = _pair_k(n, cfg)
+    reps = -(-cfg.k_max // k)
     g = GcCounter()
-    uv_ns, pw_ns = _abba(lambda side: _one_round(peers[side], "pair", k, g)[0] / k, cfg)
+    uv_ns, pw_ns = _abba(lambda side: _pair_round(peers[side], k, reps, g), cfg)
     for peer in peers.values():
         peer.close()
     ratio, ratios = _median_ratio(uv_ns, pw_ns)
@@ -225,6 +244,7 @@ def uv_ratio_unit(n: int, cfg) -> dict:
         "impl": PywheelUvloop.name,
         "n": n,
         "k": k,
+        "reps": reps,
         "ratio": ratio,
         "ratios": ratios,
         "uvloop_ns": [round(x, 2) for x in uv_ns],

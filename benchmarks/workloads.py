@@ -621,6 +621,8 @@ def idle_unit(cls: type[P.IdlePeer], n: int, cfg: Config) -> dict:
     # a running loop checks its heap every iteration: a tenth of N reads
     # between two checks keeps the heap as small as a real loop's, give or take
     size = max(100, n // 10) if cls.tidies else len(reads)
+    if cls.max_chunk is not None:
+        size = min(size, cls.max_chunk)
     chunks = [reads[i : i + size] for i in range(0, len(reads), size)]
     fired0 = P.idle_fired()
     gc.collect()

@@ -45,6 +45,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 LOOPS = ["stock", "uvloop", "wheel", "pywheel.uvloop"]
@@ -280,22 +281,32 @@ def child(name: str, idle: int, secs: float, clients: int) -> dict:
 
 def run_child(name: str, idle: int, secs: float, clients: int) -> dict:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # The result goes through a file, not stdout: a full-mode result is
+    # over 64 KiB, and in one full run (on 1732210) a child's stdout came
+    # back cut at 65,536 bytes, the pipe's size, with exit status 0.
+    fd, out = tempfile.mkstemp(prefix="pywheel-http-", suffix=".json")
+    os.close(fd)
     code = (
-        "import json, sys; from benchmarks.http_loops import child; "
-        f"print(json.dumps(child({name!r}, {idle}, {secs}, {clients})))"
+        "import json; from benchmarks.http_loops import child; "
+        f"r = child({name!r}, {idle}, {secs}, {clients}); "
+        f"open({out!r}, 'w').write(json.dumps(r))"
     )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=600 + idle / 100,
-        env=env,
-    )
-    if proc.returncode:
-        raise RuntimeError(f"{name}: child failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=600 + idle / 100,
+            env=env,
+        )
+        if proc.returncode:
+            raise RuntimeError(f"{name}: child failed: {proc.stderr[-2000:]}")
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        os.unlink(out)
 
 
 def _pct(xs: list[float], q: float) -> float | None:

@@ -180,9 +180,23 @@ def _pair_round(peer, k: int, reps: int, g) -> float:
     return dt / (k * reps)
 
 
-def _median_ratio(a: list[float], b: list[float]) -> tuple[float, list[float]]:
+def _ratio_record(workload, impl, n, k, reps, g, **sides: list[float]) -> dict:
+    """The record of an _abba measurement: the two sides' ns per pair (the
+    first keyword over the second: ratio, the median of the per-round-pair
+    ratios, and all of them sorted) and the collector's counts."""
+    (a, b) = sides.values()
     ratios = sorted(x / y for x, y in zip(a, b, strict=True))
-    return ratios[len(ratios) // 2], [round(r, 3) for r in ratios]
+    return {
+        "workload": workload,
+        "impl": impl,
+        "n": n,
+        "k": k,
+        "reps": reps,
+        "ratio": ratios[len(ratios) // 2],
+        "ratios": [round(r, 3) for r in ratios],
+        **{name: [round(x, 2) for x in ns] for name, ns in sides.items()},
+        **g.as_dict(),
+    }
 
 
 def ratio_unit(n: int, cfg) -> dict:
@@ -205,19 +219,9 @@ def ratio_unit(n: int, cfg) -> dict:
 
     loop_ns, wheel_ns = _abba(one, cfg)
     peer.close()
-    ratio, ratios = _median_ratio(loop_ns, wheel_ns)
-    return {
-        "workload": "loops_ratio",
-        "impl": WheelLoop.name,
-        "n": n,
-        "k": k,
-        "reps": reps,
-        "ratio": ratio,
-        "ratios": ratios,
-        "loop_ns": [round(x, 2) for x in loop_ns],
-        "wheel_ns": [round(x, 2) for x in wheel_ns],
-        **g.as_dict(),
-    }
+    return _ratio_record(
+        "loops_ratio", WheelLoop.name, n, k, reps, g, loop_ns=loop_ns, wheel_ns=wheel_ns
+    )
 
 
 def uv_ratio_unit(n: int, cfg) -> dict:
@@ -238,19 +242,16 @@ def uv_ratio_unit(n: int, cfg) -> dict:
     uv_ns, pw_ns = _abba(lambda side: _pair_round(peers[side], k, reps, g), cfg)
     for peer in peers.values():
         peer.close()
-    ratio, ratios = _median_ratio(uv_ns, pw_ns)
-    return {
-        "workload": "loops_uv_ratio",
-        "impl": PywheelUvloop.name,
-        "n": n,
-        "k": k,
-        "reps": reps,
-        "ratio": ratio,
-        "ratios": ratios,
-        "uvloop_ns": [round(x, 2) for x in uv_ns],
-        "pywheel_uvloop_ns": [round(x, 2) for x in pw_ns],
-        **g.as_dict(),
-    }
+    return _ratio_record(
+        "loops_uv_ratio",
+        PywheelUvloop.name,
+        n,
+        k,
+        reps,
+        g,
+        uvloop_ns=uv_ns,
+        pywheel_uvloop_ns=pw_ns,
+    )
 
 
 def mem_unit(classes, cfg) -> list[dict]:

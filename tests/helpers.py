@@ -1,14 +1,17 @@
 """Helpers shared by the test files: child interpreters (run_script, and run()
 with its PRELUDE for the exit, close, fork and signal cases), polling, the
-statistics identity, and small callables and exception handlers."""
+statistics identity, the deadline rule in exact arithmetic, and small callables
+and exception handlers."""
 
 import logging
+import math
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 
@@ -271,3 +274,16 @@ def run_pytest(tmp_path, files, *args, pythonpath=None, timeout=120):
     return subprocess.run(
         cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def first_ns_reading_at_least(x: float) -> int:
+    """The least count of nanoseconds n whose reading, n / 10**9 correctly
+    rounded (as the wheel's time() and when() read), is at least the float
+    x: what the wheel makes of a deadline x.  Exact (Fractions), for tests to
+    check the C rule against."""
+    n = math.ceil(Fraction(x) * 10**9)
+    while (n - 1) / 10**9 >= x:
+        n -= 1
+    while n / 10**9 < x:
+        n += 1
+    return n

@@ -11,10 +11,10 @@ import math
 import sys
 import time
 import weakref
-from fractions import Fraction
 from unittest import mock
 
 import pytest
+from helpers import first_ns_reading_at_least
 
 import pywheel
 import pywheel.asyncio as pwa
@@ -319,18 +319,10 @@ def _straddling_deadline(above: float) -> float:
     loop runs.  About 1 float in 15 between 2**22 and 2**23 s; 1 in 3,000
     near a day's uptime, so the test above hits it by chance only."""
 
-    def reads(n):
-        return n / 10**9  # correctly rounded, as the wheel's readings
-
     w = max(2.0**22, above)
     while True:
         w += 0.0123456
-        n = math.ceil(Fraction(w) * 10**9)  # the least count reading >= w
-        while reads(n - 1) >= w:
-            n -= 1
-        while reads(n) < w:
-            n += 1
-        if reads(n) >= w + 1e-9:
+        if first_ns_reading_at_least(w) / 10**9 >= w + 1e-9:
             return w
 
 

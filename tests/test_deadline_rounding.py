@@ -17,6 +17,7 @@ import math
 from fractions import Fraction
 
 import pytest
+from helpers import first_ns_reading_at_least
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -180,15 +181,6 @@ def test_rearming_on_the_real_clock_ends(delay):
 # ---- the core's rule: what a float time becomes --------------------------
 
 
-def _first_ns_reading_at_least(x):
-    n = math.ceil(Fraction(x) * 10**9)
-    while (n - 1) / 10**9 >= x:
-        n -= 1
-    while n / 10**9 < x:
-        n += 1
-    return n
-
-
 @settings(max_examples=500, deadline=None)
 @given(
     x=st.one_of(
@@ -200,7 +192,7 @@ def _first_ns_reading_at_least(x):
 )
 def test_a_float_time_is_the_first_nanosecond_that_reads_at_least_it(x):
     w = pywheel.ManualWheel(start=x)
-    n = _first_ns_reading_at_least(x)
+    n = first_ns_reading_at_least(x)
     assert w.time_ns() == n
     assert w.time() == n / 10**9 >= x  # Python's own ns -> seconds
     h = w.call_at(x, print)
@@ -231,8 +223,8 @@ def test_the_first_reading_at_least_a_float_across_every_binade():
     for x in _edge_floats(rng):
         if x >= 9223372036.0:
             continue
-        assert pywheel.ManualWheel(start=x).time_ns() == _first_ns_reading_at_least(x), x
-        n = _first_ns_reading_at_least(-x) if x else 0
+        assert pywheel.ManualWheel(start=x).time_ns() == first_ns_reading_at_least(x), x
+        n = first_ns_reading_at_least(-x) if x else 0
         assert w.call_at(-x, print).when() == n / 10**9, -x
 
 
@@ -363,15 +355,6 @@ def test_next_when_is_the_least_when_of_the_pending_timers_overdue_or_not():
     w.close()
 
 
-def _first_count_reading_at_least(x: float) -> int:
-    n = math.ceil(Fraction(x) * 10**9)
-    while (n - 1) / 10**9 >= x:
-        n -= 1
-    while n / 10**9 < x:
-        n += 1
-    return n
-
-
 @settings(max_examples=500, deadline=None)
 @given(
     now=st.floats(1.0, 2.0**23, allow_nan=False),
@@ -395,7 +378,7 @@ def test_the_loops_collection_runs_every_timer_at_or_before_time(now, ahead):
     if h.when() <= end:
         assert collected
     if collected:
-        reach = max(end, _first_count_reading_at_least(now) / 10**9)
+        reach = max(end, first_ns_reading_at_least(now) / 10**9)
         assert h.when() <= reach
     assert w.time() >= now - 1e-9  # time moved to the target, never back
     w.run_collected()

@@ -316,8 +316,8 @@ def _straddling_deadline(above: float) -> float:
     """A float w > above whose first nanosecond count at or after it reads
     past the float below w + 1 ns: frozen at w, a loop that collected only
     when() < time() + 1 ns would never run a timer at w, which the stock
-    loop runs.  About 1 float in 15 between 2**22 and 2**23 s; 1 in 3,000
-    near a day's uptime, so the test above hits it by chance only."""
+    loop runs.  About 1 float in 15 from 1e6 s (12 days) up; 1 in 3,000
+    at ten hours' uptime, so the test above hits it by chance only."""
 
     w = max(2.0**22, above)
     while True:

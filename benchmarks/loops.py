@@ -415,6 +415,16 @@ def targets(records) -> list[tuple[str, str, bool | None]]:
     return rows
 
 
+def _alternating(records, workload) -> tuple[list[dict], list[str]]:
+    """An _abba workload's records by N, and a cell for each."""
+    recs = sorted((r for r in records if r.get("workload") == workload), key=lambda r: r["n"])
+    return recs, [
+        f"N={_n(r['n'])}: {r['ratio']:.2f}× "
+        f"(round pairs from {min(r['ratios']):.2f}× to {max(r['ratios']):.2f}×)"
+        for r in recs
+    ]
+
+
 def markdown(records, fmt) -> list[str]:
     """The "Loops" section: one column per loop, ratios to stock asyncio."""
     pairs = [r for r in records if r.get("workload") == "loops_pair"]
@@ -461,20 +471,8 @@ def markdown(records, fmt) -> list[str]:
         a, b = _get(records, "loops_pair", WHEEL_LOOP, n), _get(records, "loops_pair", DIRECT, n)
         if a and b:
             ratio.append(f"N={_n(n)}: {a / b:.2f}×")
-    alt = sorted((r for r in records if r.get("workload") == "loops_ratio"), key=lambda r: r["n"])
-    alternating = [
-        f"N={_n(r['n'])}: {r['ratio']:.2f}× "
-        f"(round pairs from {min(r['ratios']):.2f}× to {max(r['ratios']):.2f}×)"
-        for r in alt
-    ]
-    uv_alt = sorted(
-        (r for r in records if r.get("workload") == "loops_uv_ratio"), key=lambda r: r["n"]
-    )
-    uv_alternating = [
-        f"N={_n(r['n'])}: {r['ratio']:.2f}× "
-        f"(round pairs from {min(r['ratios']):.2f}× to {max(r['ratios']):.2f}×)"
-        for r in uv_alt
-    ]
+    alt, alternating = _alternating(records, "loops_ratio")
+    uv_alt, uv_alternating = _alternating(records, "loops_uv_ratio")
     return [
         "## Loops: the event loops side by side",
         "",

@@ -134,6 +134,14 @@ class _VirtualSelector:
                 # while it lives; look again after a while (not select(None):
                 # it may end without a word).
                 return sel.select(min(max(threshold, 0.01), 1.0))
+            if loop._fed_from_the_main_thread():
+                # A loop on a thread of its own (a server or a portal in a
+                # thread: aiosmtpd's Controller, anyio's blocking portal) is
+                # fed and stopped by the main thread, through
+                # call_soon_threadsafe, which ends this wait: idle, it waits
+                # as the stock loop does.  (A DeadlockError here killed the
+                # server's thread while the test still used it.)
+                return sel.select(1.0)
             # Last chance for a thread the loop cannot see (one started by
             # the program itself) before calling it a deadlock.
             if threshold > 0:
@@ -441,6 +449,14 @@ class VirtualEventLoop(WheelEventLoop):
             ):
                 return True
         return False
+
+    def _fed_from_the_main_thread(self) -> bool:
+        """The loop runs on a thread other than the main thread, which is
+        alive: the main thread may still feed it or stop it (it started
+        the loop's thread, and holds the loop), as threads the program
+        started during the run may (``_new_threads_alive``)."""
+        main = _threading.main_thread()
+        return main.ident != _threading.get_ident() and main.is_alive()
 
     def _outside_begin(self, token) -> None:
         self._outside.add(token)

@@ -34,13 +34,16 @@ C code, ``time.clock_gettime()``, ``process_time()`` and ``thread_time()``.
 ``datetime.datetime.now()`` stays real: its C implementation reads the system
 clock directly, and swapping the ``datetime`` class (as freezegun does)
 breaks ``isinstance`` checks and pickling, which is neither cheap nor safe;
-``datetime.fromtimestamp(time.time())`` follows virtual time.
+``datetime.fromtimestamp(time.time())`` follows virtual time.  time-machine,
+imported for the first time while such a run goes, takes these functions
+for the C functions it patches, and crashes the interpreter.
 """
 
 from __future__ import annotations
 
 import threading
 import time as _time
+import types
 import weakref
 from typing import Any
 
@@ -58,7 +61,37 @@ NAMES = ("monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "time",
 _lock = threading.Lock()
 _active: dict[int, Clocks] = {}  # thread id -> the clocks of the loop running there
 _real: dict[str, Any] = {name: getattr(_time, name) for name in NAMES}
+_original = dict(_real)  # what the time module held when pywheel came
 _runs = 0  # virtual runs with clocks, in every thread
+
+
+class _TimeModule(types.ModuleType):
+    """The ``time`` module's class while a virtual run with clocks goes.
+
+    freezegun (and a monkeypatch undone) ends a block by putting back the
+    functions it captured before the run: real clocks, for the rest of the
+    run.  Put back here, such a function goes under the virtual clock, in
+    ``_real``, and the virtual clock stays: from the very next reading, with
+    no window of real readings.  Anything else assigned (freezegun's frozen
+    clock) goes in as asked.  Why not check at each loop iteration instead:
+    readings in the same callback after the block would still be real.  The
+    cost: a ``time.<name>`` lookup anywhere in the process, while such a run
+    goes, takes some 20-30 ns more (CPython specializes attribute reads only
+    on plain modules); an iteration pays nothing."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        wrapper = _WRAPPERS.get(name)
+        if (
+            wrapper is not None
+            and _runs
+            and value is not wrapper
+            and (value is _real[name] or value is _original[name])
+        ):
+            _real[name] = value  # what real readings call, and what goes back at the end
+            value = wrapper
+        super().__setattr__(name, value)
 
 
 class Clocks:
@@ -141,9 +174,13 @@ def _install() -> None:
         if current is not _WRAPPERS[name]:
             _real[name] = current  # whatever was there (another tool's patch included)
         setattr(_time, name, _WRAPPERS[name])
+    if type(_time) is types.ModuleType:  # (a class someone else gave it stays)
+        _time.__class__ = _TimeModule
 
 
 def _uninstall() -> None:
+    if type(_time) is _TimeModule:
+        _time.__class__ = types.ModuleType
     for name in NAMES:
         # Put back only our own: a patch someone made meanwhile stays theirs.
         if getattr(_time, name) is _WRAPPERS[name]:

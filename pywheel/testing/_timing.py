@@ -119,7 +119,8 @@ class Timing:
     the outside world answering late.  Pass it as ``timing=`` to
     ``VirtualEventLoop``, ``new_event_loop`` or ``run``.
 
-    Every decision is a whole number of the loop's ticks in ``[0, max]``, asked
+    Every decision is a whole number of the loop's ticks in ``[0, max]`` (a
+    bound below one tick: 0 or the bound), asked
     of ``draw(n)`` (which returns an int in ``0..n``) the first time the Timing
     is used, and recorded; the next loops given the same Timing replay the
     record (decisions past its end are 0).  ``draw=None`` is the punctual run.
@@ -461,10 +462,19 @@ class Timing:
         whole ticks).  ``site()`` names the event; it is called only for
         non-zero decisions of the recording run, which are noted at virtual
         time ``at`` (default: now)."""
-        tick = loop._tick
-        n = int(limit / tick + 1e-9)
+        unit = loop._tick
+        n = int(limit / unit + 1e-9)
         if n <= 0:
-            return 0.0
+            if limit <= 0:
+                return 0.0
+            # A bound below one tick (max_late=0.0005 on the 1 ms tick) is
+            # decided in one step of its own size: on time, or the whole
+            # bound.  The clock keeps exact nanoseconds (the tick is only
+            # the wheel's bucket size), so nothing needs whole ticks; in
+            # whole ticks such a bound perturbed nothing, as all-zero
+            # bounds, which timings() refuses.  Bounds of a tick or more
+            # are decided in ticks, as always (their replays unchanged).
+            unit, n = limit, 1
         if self._state != "recording":
             # Replay: exactly the recorded decisions, then 0, as the
             # recording played after its last draw (also when that recording
@@ -481,7 +491,7 @@ class Timing:
             return 0.0
         draw = self._draw
         if self._script is not None:
-            ticks = round(self._script.get((kind, self._pos[kind]), 0.0) / tick)
+            ticks = round(self._script.get((kind, self._pos[kind]), 0.0) / unit)
         elif draw is None or (self.max_draws is not None and self._draws >= self.max_draws):
             ticks = 0
         else:
@@ -504,7 +514,7 @@ class Timing:
         self._pos[kind] = i + 1
         if not ticks:
             return 0.0
-        secs = ticks * tick
+        secs = ticks * unit
         self._record[kind].append((i, secs))
         try:
             where = site()
@@ -575,7 +585,8 @@ def timings(
     nothing).
 
     Each decision is drawn lazily, while the run goes, as a whole number of
-    the loop's ticks (uniform up to the bound); the simplest choice of each
+    the loop's ticks (uniform up to the bound; a bound below one tick is
+    decided as 0 or the whole bound); the simplest choice of each
     is "no perturbation", so failures shrink toward the punctual run.  Only
     the first ``max_draws`` decisions of a run are drawn (hypothesis caps
     the data of one example); the rest are punctual."""

@@ -33,7 +33,8 @@ from ._loop import (
     outside,
     run,
 )
-from ._timing import Timing, _user_frame, callback_site, timings
+from ._sites import _user_frame, callback_site
+from ._timing import Timing, timings
 
 # EventLoopPolicy is made on first access, only where asyncio still has
 # policies (deprecated in 3.14, removed in 3.16), and is not in __all__: a

@@ -26,7 +26,8 @@ from typing import Any
 
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
 from . import _agens, _clocks, _gc, _peers
-from ._timing import Timing, callback_site, internal_callback, task_site, timer_site
+from ._sites import callback_site, internal_callback, task_site, timer_site
+from ._timing import Timing
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
     "DeadlockError",
@@ -162,7 +163,7 @@ class _ChargedHandle(_events.Handle):
 
     def _run(self) -> None:
         loop = self._loop
-        cost = loop._timing._decide(loop, "step", loop._max_cost, self._site)
+        cost = loop._timing._decide("step", loop._max_cost, self._site, loop._vtime)
         try:
             super()._run()
         finally:
@@ -198,7 +199,7 @@ class _ChargedTimer:
 
     def __call__(self, *args):
         loop = self._loop
-        cost = loop._timing._decide(loop, "timer", loop._max_cost, self._site)
+        cost = loop._timing._decide("timer", loop._max_cost, self._site, loop._vtime)
         try:
             return self._callback(*args)
         finally:
@@ -315,7 +316,7 @@ class VirtualEventLoop(WheelEventLoop):
         self._handle_type = _events.Handle
         self._fast_timers = True
         if timing is not None:
-            timing._attach(self)
+            timing._attach(self, tick, self._abort)
             self._timing = timing
             self._max_late = timing.max_late
             self._max_cost = timing.max_cost
@@ -387,7 +388,7 @@ class VirtualEventLoop(WheelEventLoop):
         if self._max_late and self._timing is not None:
             self._prune_timers()
             site = functools.partial(self._wake_site, target)
-            late = self._timing._decide(self, "wake", self._max_late, site, target)
+            late = self._timing._decide("wake", self._max_late, site, target)
             if late:
                 woke = round(target + late, 9)
                 if woke > self._limit_at:
@@ -589,7 +590,7 @@ class VirtualEventLoop(WheelEventLoop):
     def _external_jitter(self, site) -> float:
         if self._timing is None or not self._timing.max_jitter:
             return 0.0
-        return self._timing._decide(self, "external", self._timing.max_jitter, site)
+        return self._timing._decide("external", self._timing.max_jitter, site, self._vtime)
 
     def _abort(self, exc: BaseException) -> None:
         """A draw failed: end the run, and raise ``exc`` from run_forever."""

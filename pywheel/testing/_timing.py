@@ -6,29 +6,20 @@ Nothing here imports hypothesis: ``timings()`` does, when it is called."""
 from __future__ import annotations
 
 import math
-import os
 import re
-import sys
 import time
 import weakref
-from asyncio import tasks as _tasks
+from asyncio import AbstractEventLoop
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ._loop import VirtualEventLoop
+from typing import Any
 
 __all__ = ["Timing", "timings"]
 
 #: The three kinds of decision, in the order ``repr()`` names them.
 KINDS = ("wake", "step", "timer", "external")
 
-_DEFAULT_TASK_NAME = re.compile(r"Task-\d+")
 _ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_PYWHEEL = os.path.dirname(_HERE)
-_ASYNCIO = os.path.dirname(os.path.abspath(_tasks.__file__))
 
 
 def _check_max(name: str, value: Any) -> float:
@@ -42,76 +33,6 @@ def _check_max(name: str, value: Any) -> float:
 
 def _fmt(x: float) -> str:
     return repr(round(x, 9))
-
-
-def _user_frame(frame) -> str:
-    """'func() at file.py:12' for the innermost frame outside asyncio and pywheel."""
-    while frame is not None:
-        fn = frame.f_code.co_filename
-        if not (fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)):
-            return f"{frame.f_code.co_name}() at {os.path.basename(fn)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "?"
-
-
-def task_site(task) -> str:
-    """Where a task is suspended: "task 'name' in func() at file.py:12"."""
-    coro = task.get_coro()
-    where = None
-    while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
-        if frame is None:
-            break
-        fn = frame.f_code.co_filename
-        if not (fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)):
-            where = f"{frame.f_code.co_name}() at {os.path.basename(fn)}:{frame.f_lineno}"
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
-    if where is None:
-        code = getattr(task.get_coro(), "cr_code", None)
-        where = f"{code.co_name}()" if code is not None else _type_name(task.get_coro())
-    name = task.get_name()
-    if _DEFAULT_TASK_NAME.fullmatch(name):  # a process-wide counter: not worth showing
-        return f"task in {where}"
-    return f"task {name!r} in {where}"
-
-
-def callback_site(callback) -> str:
-    """A task step or wake-up names its task; anything else its qualified name."""
-    owner = getattr(callback, "__self__", None)
-    if isinstance(owner, _tasks.Task):
-        return task_site(owner)
-    func = getattr(callback, "func", None)  # functools.partial
-    if func is not None:
-        callback = func
-    name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
-    if isinstance(name, str) and name:
-        return f"{name}()"
-    return _type_name(callback)  # a callable object: its class, never its address
-
-
-def internal_callback(callback) -> bool:
-    """A callback written in Python inside asyncio or pywheel (a sleep's
-    wake-up, asyncio.timeout's expiry): it only resolves a future or
-    cancels a task, and the program's work is in the step it wakes."""
-    func = getattr(callback, "func", callback)  # functools.partial
-    func = getattr(func, "__func__", func)  # a bound method
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return False
-    fn = code.co_filename
-    return fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)
-
-
-def timer_site(callback, owner) -> str:
-    """A timer's callback: asyncio's own (a sleep's or a timeout's) names the
-    task that scheduled it, where there is one; any other names itself."""
-    if isinstance(owner, _tasks.Task) and internal_callback(callback):
-        return task_site(owner)
-    return callback_site(callback)
-
-
-def _type_name(obj) -> str:
-    return f"<{type(obj).__qualname__} object>"
 
 
 class Timing:
@@ -147,6 +68,8 @@ class Timing:
         "_draws",
         "max_draws",
         "_script",
+        "_tick",
+        "_end_run",
         "__weakref__",
     )
 
@@ -181,6 +104,11 @@ class Timing:
         self._notes: list[tuple[str, float, float, str]] = []
         self._state = "new"  # -> "recording" -> "recorded" (then replays)
         self._owner: weakref.ref | None = None
+        # What the loop it drives gives it (_attach): its tick, the unit of a
+        # decision, and how to end its run (a weak method: the loop holds
+        # this Timing, and a strong one back would make a cycle).
+        self._tick = 0.001
+        self._end_run: weakref.WeakMethod | None = None
         self._dead = False
         # minimize(): the decisions to make, by (kind, index), instead of drawing.
         self._script: dict[tuple[str, int], float] | None = None
@@ -397,13 +325,18 @@ class Timing:
 
     # ---- what the loop calls --------------------------------------------------
     #
+    # The loop calls in; the Timing never calls the loop's own methods: it
+    # knows its owner only as an event loop (which one, whether closed), and
+    # gets from _attach and each _decide what deciding needs (the tick, a way
+    # to end the run, the virtual time, a name for the event).
+    #
     # States: "new" (no loop has run with it) -> "recording" (from the first
     # run_forever of the loop it is attached to) -> "recorded" (that loop
     # closed, or was collected) -> "replaying" (each later loop; replays from
     # the start).  A loop that closes without ever running leaves a new Timing
     # new, so the next loop records instead of replaying an empty record.
 
-    def _check_free(self, loop: VirtualEventLoop) -> None:
+    def _check_free(self, loop: AbstractEventLoop) -> None:
         """Refuses (RuntimeError) if another loop that is not closed drives
         this Timing.  Called before the loop builds anything."""
         owner = self._owner() if self._owner is not None else None
@@ -414,23 +347,30 @@ class Timing:
                 "replays its recorded decisions)"
             )
 
-    def _attach(self, loop: VirtualEventLoop) -> None:
+    def _attach(
+        self, loop: AbstractEventLoop, tick: float, abort: Callable[[BaseException], None]
+    ) -> None:
+        """``loop`` is driven by this Timing from now on: its decisions are
+        whole ``tick``s, and ``abort(exc)`` (a bound method of the loop)
+        ends its run with ``exc``."""
         self._check_free(loop)
         if self._state == "recording":
             # Its recording loop was collected without close(): the weakref
             # died before that loop's __del__ could detach it.
             self._finish_recording()
         self._owner = weakref.ref(loop)
+        self._tick = tick
+        self._end_run = weakref.WeakMethod(abort)
         if self._state != "new":
             self._state = "replaying"
             self._pos = dict.fromkeys(KINDS, 0)
             self._nz = dict.fromkeys(KINDS, 0)
 
-    def _started(self, loop: VirtualEventLoop) -> None:
+    def _started(self, loop: AbstractEventLoop) -> None:
         if self._state == "new":
             self._state = "recording"
 
-    def _detach(self, loop: VirtualEventLoop) -> None:
+    def _detach(self, loop: AbstractEventLoop) -> None:
         owner = self._owner() if self._owner is not None else None
         if owner is not None and owner is not loop:
             return
@@ -455,14 +395,12 @@ class Timing:
             except Exception:  # outside a test: nothing to note in
                 pass
 
-    def _decide(
-        self, loop: VirtualEventLoop, kind: str, limit: float, site, at: float | None = None
-    ) -> float:
+    def _decide(self, kind: str, limit: float, site, at: float) -> float:
         """Seconds of perturbation for one decision of ``kind`` (0..limit, in
         whole ticks).  ``site()`` names the event; it is called only for
         non-zero decisions of the recording run, which are noted at virtual
-        time ``at`` (default: now)."""
-        unit = loop._tick
+        time ``at``."""
+        unit = self._tick
         n = int(limit / unit + 1e-9)
         if n <= 0:
             if limit <= 0:
@@ -508,7 +446,9 @@ class Timing:
                 # now on, and the loop stops after this iteration and raises
                 # exc from run_forever(), so it reaches hypothesis.
                 self._dead = True
-                loop._abort(exc)
+                abort = self._end_run() if self._end_run is not None else None
+                if abort is not None:
+                    abort(exc)
                 return 0.0
         i = self._pos[kind]
         self._pos[kind] = i + 1
@@ -522,7 +462,7 @@ class Timing:
             where = f"<{type(exc).__name__}>"
         # The same run must give the same repr: no memory addresses.
         where = _ADDRESS.sub("", where)
-        self._notes.append((kind, loop.time() if at is None else at, secs, where))
+        self._notes.append((kind, at, secs, where))
         return secs
 
 
@@ -641,7 +581,3 @@ def timings(
         return t
 
     return _timing()
-
-
-def _caller_site(depth: int) -> str:
-    return _user_frame(sys._getframe(depth + 1))

@@ -140,9 +140,18 @@ def test_after(server):
     time.sleep(0.1)
 """
 
+#: An exception that ends a thread fails the session instead of a warning.
+_THREAD_WARNING_IS_AN_ERROR = "error::pytest.PytestUnhandledThreadExceptionWarning"
+
 
 def test_a_failure_beside_a_server_thread_is_reported_with_nothing_else(tmp_path):
-    r = run_pytest(tmp_path, {"test_server.py": SERVER_SUITE}, "--virtual-time", "-W", "error")
+    r = run_pytest(
+        tmp_path,
+        {"test_server.py": SERVER_SUITE},
+        "--virtual-time",
+        "-W",
+        _THREAD_WARNING_IS_AN_ERROR,
+    )
     out = r.stdout + r.stderr
     assert "INTERNALERROR" not in out, out
     assert "DeadlockError" not in out, out

@@ -7,6 +7,9 @@ silently.  A restore of what was there before the run now goes under the
 virtual clocks (``pywheel.testing._clocks._TimeModule``).  Inside the block
 the other tool's frozen clock is what the program reads, as it asked.
 
+And time-machine imported for the first time inside a run no longer
+crashes the interpreter.
+
 freezegun and time-machine are optional: the tests that need one skip,
 saying so, where it is not installed (freezegun is in the ``test`` extra;
 time-machine, a C extension, is not)."""
@@ -16,6 +19,7 @@ import datetime
 import time
 
 import pytest
+from helpers import run_script
 
 from pywheel import testing
 
@@ -96,6 +100,38 @@ def test_after_a_time_machine_block_the_clocks_follow_the_loop_again():
     # names: on the loop's thread the virtual clocks stay in front of it
     # (inside the block too, so no frozen value is checked).
     _check_block(lambda: time_machine.travel(FROZEN, tick=False), None)
+
+
+def test_time_machine_imported_inside_a_run_does_not_crash_the_interpreter():
+    """time-machine's C module takes the functions it finds in ``time`` at
+    import for C functions: imported while a run goes, it found the virtual
+    clocks (Python functions) and its first travel crashed the interpreter
+    (SIGSEGV on 100056b, time-machine 3.6).  In a child: a crash is its."""
+    pytest.importorskip("time_machine", reason="time-machine is not installed")
+    r = run_script(
+        """
+        import asyncio, datetime, sys, time
+        if "time_machine" in sys.modules or "_time_machine" in sys.modules:
+            raise SystemExit("time_machine was imported before the run")
+        from pywheel import testing
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            a = time.monotonic() - loop.time()
+            import time_machine
+
+            when = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+            with time_machine.travel(when, tick=False):
+                assert datetime.datetime.now(datetime.UTC) == when
+            await asyncio.sleep(100)
+            assert abs(time.monotonic() - loop.time() - a) < 1e-6
+            return "ok"
+
+        print(testing.run(main()))
+        """
+    )
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.strip() == "ok"
 
 
 def test_a_clock_put_back_inside_the_run_goes_under_the_virtual_clock(monkeypatch):

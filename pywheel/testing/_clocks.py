@@ -34,13 +34,17 @@ C code, ``time.clock_gettime()``, ``process_time()`` and ``thread_time()``.
 ``datetime.datetime.now()`` stays real: its C implementation reads the system
 clock directly, and swapping the ``datetime`` class (as freezegun does)
 breaks ``isinstance`` checks and pickling, which is neither cheap nor safe;
-``datetime.fromtimestamp(time.time())`` follows virtual time.  time-machine,
-imported for the first time while such a run goes, takes these functions
-for the C functions it patches, and crashes the interpreter.
+``datetime.fromtimestamp(time.time())`` follows virtual time.  time-machine
+patches the C functions underneath these names: on the loop's thread the
+virtual clocks stay in front of its travel (its C module, imported while a
+run goes, is imported with the real functions in place: it takes what it
+finds there for C functions, see ``_RealClocksForImports``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time as _time
 import types
@@ -168,7 +172,62 @@ def leave(clocks: Clocks, previous: Clocks | None) -> None:
             _uninstall()
 
 
+class _RealClocksForImports:
+    """On ``sys.meta_path`` while a virtual run with clocks goes: the C
+    extensions named here take the functions they find in ``time`` at import
+    for C functions, and crash the interpreter when they are ours
+    (time-machine's ``_time_machine`` patches them in place): they are
+    imported with the real ones back in the module, then ours return."""
+
+    names = frozenset({"_time_machine"})
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name not in cls.names:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is cls or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _RealClocksLoader(spec.loader)
+                return spec
+        return None
+
+
+class _RealClocksLoader:
+    __slots__ = ("_loader",)
+
+    def __init__(self, loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec):
+        with _real_clocks():
+            return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        with _real_clocks():
+            self._loader.exec_module(module)
+
+
+@contextlib.contextmanager
+def _real_clocks():
+    d = vars(_time)  # (past _TimeModule.__setattr__)
+    ours = [name for name in NAMES if d.get(name) is _WRAPPERS[name]]
+    for name in ours:
+        d[name] = _real[name]
+    try:
+        yield
+    finally:
+        for name in ours:
+            if d.get(name) is _real[name]:
+                d[name] = _WRAPPERS[name]
+
+
 def _install() -> None:
+    if _RealClocksForImports not in sys.meta_path:
+        sys.meta_path.insert(0, _RealClocksForImports)
     for name in NAMES:
         current = getattr(_time, name)
         if current is not _WRAPPERS[name]:
@@ -179,6 +238,8 @@ def _install() -> None:
 
 
 def _uninstall() -> None:
+    with contextlib.suppress(ValueError):
+        sys.meta_path.remove(_RealClocksForImports)
     if type(_time) is _TimeModule:
         _time.__class__ = types.ModuleType
     for name in NAMES:

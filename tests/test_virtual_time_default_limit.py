@@ -164,3 +164,82 @@ def test_the_limit_is_per_test_on_a_shared_loop(tmp_path):
     files = {"pytest.ini": INI, "test_s.py": SHARED.format(each=DEFAULT_LIMIT * 0.75)}
     r = _pytest(tmp_path, files, "--virtual-time")
     assert "2 passed" in r.stdout, r.stdout + r.stderr
+
+
+def test_time_limit_error_names_pending_timers_and_waiting_tasks():
+    """The loop's own message, without the plugin: whose timers are pending
+    (a callback where it is defined, a sleeping task, a timeout's task) and
+    which tasks wait for something else; under a Timing that charges
+    callbacks too (their wrapped callbacks are named, not the wrapper)."""
+    import asyncio
+
+    from pywheel import testing
+
+    class Poller:
+        def tick(self):
+            asyncio.get_running_loop().call_later(0.5, self.tick)
+
+    async def beat():
+        while True:
+            await asyncio.sleep(1)
+
+    async def guarded():
+        async with asyncio.timeout(10_000):
+            await asyncio.Event().wait()
+
+    async def main():
+        Poller().tick()
+        asyncio.create_task(beat(), name="heartbeat")
+        asyncio.create_task(guarded(), name="guarded")
+        await asyncio.Event().wait()
+
+    for timing in (None, testing.Timing(max_cost=0.002, draw=lambda n: n)):
+        with pytest.raises(testing.TimeLimitError) as info:
+            testing.run(main(), limit=100, timing=timing)
+        text = str(info.value)
+        assert "limit t=100.0" in text, text  # (with the Timing: its costs reach it)
+        pending = text.split("timers pending: ", 1)[1].split("; waiting: ")[0]
+        assert "Poller.tick() defined at test_virtual_time_default_limit.py:" in pending, text
+        assert "task 'heartbeat' in beat() at test_virtual_time_default_limit.py:" in pending
+        assert "(sleeping)" in pending and "task 'guarded' in guarded() at" in pending, text
+        assert "(a timeout)" in pending, text
+        waiting = text.split("; waiting: ", 1)[1]
+        assert waiting.startswith("task in main() at test_virtual_time_default_limit.py:"), text
+        assert "heartbeat" not in waiting and "guarded" not in waiting, text
+
+
+def test_a_lent_timing_goes_back_and_leaves_nothing_charged():
+    """VirtualEventLoop._lend_timing/_return_timing (what --timing-fuzz does
+    to a loop made before the test): only to a loop that is open, not
+    running and has no Timing; once given back, the handles and timer
+    callbacks it wrapped run uncharged, and the collector is released."""
+    import asyncio
+    import gc
+
+    from pywheel import testing
+
+    loop = testing.VirtualEventLoop()
+    try:
+        seen = []
+        timing = testing.Timing(max_cost=0.002, max_late=0.003, draw=lambda n: n)
+        loop._lend_timing(timing)
+        with pytest.raises(RuntimeError, match="has none"):
+            loop._lend_timing(testing.Timing(max_cost=0.001))
+        loop.call_later(5, lambda: seen.append(("timer", loop.time())))  # wrapped, charged
+        loop.call_soon(lambda: seen.append(("soon", loop.time())))  # a charged handle
+        loop.run_until_complete(asyncio.sleep(0))  # runs the ready one, charged
+        assert not gc.isenabled()
+        assert loop.time() > 0 and loop.timing is timing
+        t0 = loop.time()
+        loop.call_soon(lambda: seen.append(("left", loop.time())))  # charged handle, queued
+        loop._return_timing()
+        assert loop.timing is None and gc.isenabled() and "call_at" not in vars(loop)
+        loop.run_until_complete(asyncio.sleep(10))
+        # Given back: the queued handle and the wrapped timer ran at their own time.
+        assert ("left", t0) in seen and ("timer", 5.0) in seen, seen
+        assert loop.time() == t0 + 10
+        assert not timing._owner and timing.decisions  # it recorded, and let go
+    finally:
+        loop.close()
+    with pytest.raises(RuntimeError, match="open, not running"):
+        loop._lend_timing(testing.Timing(max_cost=0.001))

@@ -380,7 +380,7 @@ class VirtualEventLoop(WheelEventLoop):
                             f"virtual time limit reached: waking {late!r} late for "
                             f"the timer due at t={target!r} would pass the limit "
                             f"t={self._limit_at!r} (now t={self._vtime!r}); the "
-                            f"Timing's late wake-ups need a larger limit"
+                            f"Timing's late wake-ups need a larger limit{self._limit_context()}"
                         )
                     woke = self._limit_at  # cleanup after the error: stay at it
                 target = woke
@@ -402,7 +402,7 @@ class VirtualEventLoop(WheelEventLoop):
                         f"virtual time limit reached: callbacks charged by the Timing "
                         f"(up to {self._max_cost!r} each) carried the clock to the "
                         f"limit t={self._limit_at!r}; the Timing's costs need a larger "
-                        f"limit"
+                        f"limit{self._limit_context()}"
                     )
                 )
         if t > self._vtime:
@@ -522,22 +522,24 @@ class VirtualEventLoop(WheelEventLoop):
             add(_defined_at(obj))
         return sites, owners
 
-    def _limit_message(self, target: float) -> str:
-        """What TimeLimitError says: the timer past the limit, whose timers
-        are pending (a repeating one is what keeps such a run going) and
-        which tasks wait."""
+    def _limit_context(self) -> str:
+        """What every TimeLimitError ends with: whose timers are pending (a
+        repeating one is what keeps such a run going) and which tasks wait
+        for something else."""
         try:
             sites, owners = self._timer_owners()
             shown = "; ".join(sites[:5]) + (f" (and {len(sites) - 5} more)" if sites[5:] else "")
             timers = f"; timers pending: {shown}" if sites else ""
-            waiting = self._waiting_sites(skip=owners)
+            return timers + self._waiting_sites(skip=owners)
         except Exception as exc:  # a description must never hide the error
-            timers, waiting = f"; (pending timers not named: {type(exc).__name__})", ""
+            return f"; (pending timers not named: {type(exc).__name__})"
+
+    def _limit_message(self, target: float) -> str:
         return (
             f"virtual time limit reached: the next timer is due at t={target!r}, "
             f"past the limit t={self._limit_at!r} (now t={self._vtime!r}); a "
             f"program that never stops on its own (a repeating timer?) needs a "
-            f"larger limit or a way to end{timers}{waiting}"
+            f"larger limit or a way to end{self._limit_context()}"
         )
 
     def _set_limit(self, limit: float) -> None:

@@ -243,3 +243,32 @@ def test_a_lent_timing_goes_back_and_leaves_nothing_charged():
         loop.close()
     with pytest.raises(RuntimeError, match="open, not running"):
         loop._lend_timing(testing.Timing(max_cost=0.001))
+
+
+THREAD = """
+import asyncio, threading
+
+def test_loop_on_another_thread():
+    result = []
+
+    def serve():
+        try:
+            result.append(asyncio.run(asyncio.sleep(8000, "served")))
+        except Exception as exc:
+            result.append(type(exc).__name__)
+
+    t = threading.Thread(target=serve)
+    t.start()
+    t.join(30)
+    assert result == ["served"], result
+"""
+
+
+def test_a_loop_on_another_thread_gets_only_a_limit_asked_for(tmp_path):
+    """The default is for the loop a test waits on: a server or portal loop
+    on a thread of its own would die of it and take its service along."""
+    files = {"test_t.py": THREAD}
+    r = _pytest(tmp_path, files, "--virtual-time")
+    assert "1 passed" in r.stdout, r.stdout + r.stderr
+    r = _pytest(tmp_path, files, "--virtual-time", "--virtual-time-limit=7200")
+    assert "1 failed" in r.stdout and "TimeLimitError" in r.stdout, r.stdout + r.stderr

@@ -128,11 +128,13 @@ class Context:
     another module's fixtures would take draws, and the numbering would
     depend on which loops happen to be open, which a replay cannot know)."""
 
-    __slots__ = ("limit", "clocks", "schedule", "loops", "timed", "ran", "active", "thread")
+    __slots__ = ("limit", "limit_given", "clocks", "schedule", "loops", "timed", "ran")
+    __slots__ += ("active", "thread")
     __slots__ += ("_draws", "__weakref__")
 
     def __init__(self, limit: float | None, clocks: bool, schedule: Schedule | None) -> None:
         self.limit = limit  # None: no limit
+        self.limit_given = True  # False: the plugin's default (see make_loop)
         self.clocks = clocks
         self.schedule = schedule
         self.loops: list = []  # weakrefs of the loops made, in the order they were made
@@ -211,6 +213,7 @@ current: Context | None = None
 #: Session defaults, for loops made outside a test (session fixtures).
 session_clocks = True
 session_limit: float | None = None
+session_limit_given = False  # False: session_limit is the plugin's default
 #: Loops whose limit is the plugin's: each test gives them a fresh budget.
 _limited: weakref.WeakSet = weakref.WeakSet()
 
@@ -246,13 +249,23 @@ def make_loop(**overrides: Any):
     ctx = current
     if ctx is not None:
         kwargs = ctx.kwargs()
+        given = ctx.limit_given
     else:
         kwargs = {"clocks": session_clocks}
         if session_limit is not None:
             kwargs["limit"] = session_limit
+        given = session_limit_given
+    # The default limit is for the loop a test waits on.  A loop made on
+    # another thread (a server or portal running its own loop for the
+    # session) does not hold the test up when it spins, but would die of
+    # the limit and take its service with it: it gets a limit only when
+    # one was asked for (option, ini file, marker).
+    on_main = threading.current_thread() is threading.main_thread()
+    if not given and not on_main:
+        kwargs.pop("limit", None)
     kwargs.update(overrides)
     loop = VirtualEventLoop(**kwargs)
-    if "limit" not in overrides:
+    if "limit" not in overrides and (given or on_main):
         limited(loop)
     if ctx is not None:
         ctx.made(loop)

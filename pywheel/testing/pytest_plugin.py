@@ -178,12 +178,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class _Settings:
-    __slots__ = ("on", "limit", "fuzz", "bounds", "seed", "replay")
+    __slots__ = ("on", "limit", "limit_given", "fuzz", "bounds", "seed", "replay")
 
 
 def _settings(config: pytest.Config) -> _Settings:
     st = _Settings()
     option = config.getoption("virtual_time_limit", None)
+    st.limit_given = option is not None or config.getini("virtual_time_limit") not in (None, "")
     if option is not None:
         st.limit = None if math.isinf(option) else option
     else:
@@ -235,6 +236,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS] = st
     _session.session_clocks = _default_clocks(config)
     _session.session_limit = st.limit
+    _session.session_limit_given = st.limit_given
     if st.on:
         _session.install()
     if st.fuzz or st.replay is not None:
@@ -282,6 +284,12 @@ class _FuzzSpan:
             ctx.end()
 
 
+def _context(item: pytest.Item, st: _Settings, schedule) -> _session.Context:
+    ctx = _session.Context(_test_limit(item, st), _default_clocks(item.config), schedule)
+    ctx.limit_given = st.limit_given or item.get_closest_marker("virtual_time_limit") is not None
+    return ctx
+
+
 def _test_limit(item: pytest.Item, st: _Settings) -> float | None:
     marker = item.get_closest_marker("virtual_time_limit")
     if marker is None:
@@ -321,9 +329,7 @@ def pytest_runtest_protocol_context(item: pytest.Item, nextitem):
     st = item.config.stash.get(_SETTINGS, None)
     if st is None:
         return (yield)
-    saved = _session.enter(
-        _session.Context(_test_limit(item, st), _default_clocks(item.config), None)
-    )
+    saved = _session.enter(_context(item, st, None))
     try:
         return (yield)
     finally:
@@ -388,12 +394,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
             _session.Schedule(late, cost, jitter, _session.seed_for(st.seed, item.nodeid, k))
             for k in range(1, st.fuzz + 1)
         ]
-    clocks = _default_clocks(item.config)
-    limit = _test_limit(item, st)
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     shown = None
     for k, schedule in enumerate(schedules):
-        ctx = _session.Context(limit, clocks, schedule)
+        ctx = _context(item, st, schedule)
         saved = _session.enter(ctx)
         try:
             reports = runtestprotocol(item, nextitem=nextitem, log=False)

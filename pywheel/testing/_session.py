@@ -40,6 +40,7 @@ import hashlib
 import inspect
 import math
 import random
+import sys
 import threading
 import weakref
 from asyncio import events as _events
@@ -334,6 +335,8 @@ def is_async_test(item) -> bool:
 def watch_runs(on: bool) -> None:
     """Tell the session each time a VirtualEventLoop starts running (a fuzz
     run counts them, and lends a Timing to one made before the test)."""
+    if not on and "pywheel.testing._loop" not in sys.modules:
+        return  # nothing to undo: never imported
     from . import _loop
 
     _loop.on_run = _loop_runs if on else None

@@ -276,6 +276,17 @@ def run_pytest(tmp_path, files, *args, pythonpath=None, timeout=120):
     )
 
 
+def run_shell(cwd, line: str, pythonpath=None, timeout=120):
+    """Runs a command line as a user would paste it (through the shell), in
+    cwd, with run_pytest's environment: the replay lines pytest prints."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        line, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def first_ns_reading_at_least(x: float) -> int:
     """The least count of nanoseconds n whose reading, n / 10**9 correctly
     rounded (as the wheel's time() and when() read), is at least the float

@@ -14,7 +14,7 @@ def test_fixture(virtual_loop):
     virtual_loop.run_until_complete(asyncio.sleep(3600))
     assert virtual_loop.time() == 3600.0
 
-@pytest.mark.virtual_time
+@pytest.mark.virtual_time(limit=None)  # a day: past the plugin's default limit
 async def test_marker():
     # Real time: time.monotonic() follows virtual time in the run (clocks=True).
     real = lambda: time.clock_gettime(time.CLOCK_MONOTONIC)

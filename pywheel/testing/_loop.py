@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import heapq
 import itertools
 import math
+import os
 import threading as _threading
 import weakref
 from asyncio import events as _events
@@ -163,7 +165,10 @@ class _ChargedHandle(_events.Handle):
 
     def _run(self) -> None:
         loop = self._loop
-        cost = loop._timing._decide("step", loop._max_cost, self._site, loop._vtime)
+        timing = loop._timing
+        if timing is None:  # made under a Timing the loop has given back since
+            return super()._run()
+        cost = timing._decide("step", loop._max_cost, self._site, loop._vtime)
         try:
             super()._run()
         finally:
@@ -199,7 +204,10 @@ class _ChargedTimer:
 
     def __call__(self, *args):
         loop = self._loop
-        cost = loop._timing._decide("timer", loop._max_cost, self._site, loop._vtime)
+        timing = loop._timing
+        if timing is None:  # scheduled under a Timing the loop has given back since
+            return self._callback(*args)
+        cost = timing._decide("timer", loop._max_cost, self._site, loop._vtime)
         try:
             return self._callback(*args)
         finally:
@@ -316,21 +324,7 @@ class VirtualEventLoop(WheelEventLoop):
         self._handle_type = _events.Handle
         self._fast_timers = True
         if timing is not None:
-            timing._attach(self, tick, self._abort)
-            self._timing = timing
-            self._max_late = timing.max_late
-            self._max_cost = timing.max_cost
-            if self._max_cost > 0:
-                self._call_soon = self._charged_call_soon
-                self._handle_type = _ChargedHandle
-                self.call_at = self._timing_call_at  # type: ignore[method-assign]
-                self._fast_timers = False
-            if self._max_late > 0:
-                self._timers: list = []
-                self._seq = itertools.count()
-                self._compact_at = _COMPACT_MIN
-                self.call_at = self._timing_call_at  # type: ignore[method-assign]
-                self._fast_timers = False
+            self._use_timing(timing)
 
     # ---- fast paths ---------------------------------------------------------
     # A fake-time test spends its time scheduling timers and waking tasks, so
@@ -379,12 +373,7 @@ class VirtualEventLoop(WheelEventLoop):
     def _jump(self, target: float) -> None:
         """Nothing ready, no I/O: wake at the next timer (late, with a Timing)."""
         if target > self._limit_at:
-            raise TimeLimitError(
-                f"virtual time limit reached: the next timer is due at t={target!r}, "
-                f"past the limit t={self._limit_at!r} (now t={self._vtime!r}); a "
-                f"program that never stops on its own (a repeating timer?) needs a "
-                f"larger limit or a way to end"
-            )
+            raise TimeLimitError(self._limit_message(target))
         if self._max_late and self._timing is not None:
             self._prune_timers()
             site = functools.partial(self._wake_site, target)
@@ -400,7 +389,7 @@ class VirtualEventLoop(WheelEventLoop):
                             f"virtual time limit reached: waking {late!r} late for "
                             f"the timer due at t={target!r} would pass the limit "
                             f"t={self._limit_at!r} (now t={self._vtime!r}); the "
-                            f"Timing's late wake-ups need a larger limit"
+                            f"Timing's late wake-ups need a larger limit{self._limit_context()}"
                         )
                     woke = self._limit_at  # cleanup after the error: stay at it
                 target = woke
@@ -422,7 +411,7 @@ class VirtualEventLoop(WheelEventLoop):
                         f"virtual time limit reached: callbacks charged by the Timing "
                         f"(up to {self._max_cost!r} each) carried the clock to the "
                         f"limit t={self._limit_at!r}; the Timing's costs need a larger "
-                        f"limit"
+                        f"limit{self._limit_context()}"
                     )
                 )
         if t > self._vtime:
@@ -489,15 +478,152 @@ class VirtualEventLoop(WheelEventLoop):
         return False
 
     def _deadlock_message(self) -> str:
-        waiting = [t for t in _tasks.all_tasks(self) if not t.done()]
-        lines = [task_site(t) for t in waiting[:5]]
-        more = f" (and {len(waiting) - 5} more)" if len(waiting) > 5 else ""
-        tasks = ("; waiting: " + "; ".join(lines) + more) if lines else ""
+        tasks = self._waiting_sites()
         return (
             f"deadlock at virtual time t={self._vtime!r}: no callback is ready, no timer "
             f"is pending and no I/O, executor job or child process is outstanding, so the "
             f"program waits for something that can never happen{tasks}"
         )
+
+    def _waiting_sites(self, skip=()) -> str:
+        """'; waiting: task in f() at x.py:3; ...' for the tasks not done
+        (those in ``skip`` aside), at most five named."""
+        waiting = [t for t in _tasks.all_tasks(self) if not t.done() and t not in skip]
+        lines = [task_site(t) for t in waiting[:5]]
+        more = f" (and {len(waiting) - 5} more)" if len(waiting) > 5 else ""
+        return ("; waiting: " + "; ".join(lines) + more) if lines else ""
+
+    def _timer_owners(self) -> tuple[list[str], set]:
+        """Who the pending timers belong to, for an error message: each
+        timer's callback where it was defined (``tick() defined at x.py:12``),
+        or, for asyncio's own (a sleep's wake-up, a timeout), the task that
+        waits on it; and those tasks.  Slow, and only for a run that ends:
+        the wheel keeps no Python-visible list of its handles (keeping one
+        would cost every timer what only a failing run needs), so this walks
+        what the collector's traverse of the wheel visits -- each pending
+        timer's callback and its arguments -- in no particular order."""
+        tasks = [t for t in _tasks.all_tasks(self) if not t.done()]
+        by_waiter = {}
+        for t in tasks:
+            fut = getattr(t, "_fut_waiter", None)
+            if fut is not None:
+                by_waiter[id(fut)] = t
+        sites: list[str] = []
+        owners: set = set()
+
+        def add(site: str) -> None:
+            if site not in sites:
+                sites.append(site)
+
+        for obj in gc.get_referents(self._wheel):
+            if isinstance(obj, tuple):  # a timer's arguments: a sleep's future
+                for arg in obj:
+                    task = by_waiter.get(id(arg))
+                    if task is not None:
+                        owners.add(task)
+                        add(f"{task_site(task)} (sleeping)")
+                continue
+            if isinstance(obj, type) or not callable(obj):
+                continue
+            if isinstance(obj, _ChargedTimer):
+                obj = obj._callback
+            elif type(obj).__module__.startswith("pywheel."):
+                continue  # the wheel's own (its error forwarder)
+            if internal_callback(obj):
+                # asyncio.timeout()'s expiry names the task it would cancel.
+                task = getattr(getattr(obj, "__self__", None), "_task", None)
+                if isinstance(task, _tasks.Task):
+                    owners.add(task)
+                    add(f"{task_site(task)} (a timeout)")
+                continue
+            add(_defined_at(obj))
+        return sites, owners
+
+    def _limit_context(self) -> str:
+        """What every TimeLimitError ends with: whose timers are pending (a
+        repeating one is what keeps such a run going) and which tasks wait
+        for something else."""
+        try:
+            sites, owners = self._timer_owners()
+            shown = "; ".join(sites[:5]) + (f" (and {len(sites) - 5} more)" if sites[5:] else "")
+            timers = f"; timers pending: {shown}" if sites else ""
+            return timers + self._waiting_sites(skip=owners)
+        except Exception as exc:  # a description must never hide the error
+            return f"; (pending timers not named: {type(exc).__name__})"
+
+    def _limit_message(self, target: float) -> str:
+        return (
+            f"virtual time limit reached: the next timer is due at t={target!r}, "
+            f"past the limit t={self._limit_at!r} (now t={self._vtime!r}); a "
+            f"program that never stops on its own (a repeating timer?) needs a "
+            f"larger limit or a way to end{self._limit_context()}"
+        )
+
+    def _set_limit(self, limit: float) -> None:
+        """From now on the run may not pass ``limit`` more virtual seconds
+        (the pytest plugin gives a loop that outlives a test a fresh
+        per-test budget)."""
+        limit = _check_seconds("limit", limit, inf_ok=True)
+        self._limit_at = self._vtime + limit
+        self._limit_hit = False
+
+    # ---- lending a Timing (pytest --timing-fuzz on a loop shared by tests) ---
+    #
+    # A loop made before a fuzzed test runs (a module- or session-scoped
+    # loop) takes that run's Timing while the test runs and gives it back
+    # after, so every run perturbs the loop the test actually runs on.  Only
+    # while the loop is not running: a Timing's decisions are numbered from
+    # its loop's first run, and the overrides it installs (call_at, the
+    # ready queue's handle type) must not change under a running iteration.
+    # What the Timing left behind works on without it: charged handles and
+    # timer callbacks already queued run uncharged once it is gone, timers
+    # scheduled before it came are not charged (they were scheduled
+    # punctually) but still wake late, and a late wake-up with no recorded
+    # owner is named by its deadline.
+
+    def _use_timing(self, timing: Timing) -> None:
+        timing._attach(self, self._tick, self._abort)
+        self._timing = timing
+        self._max_late = timing.max_late
+        self._max_cost = timing.max_cost
+        if self._max_cost > 0:
+            self._call_soon = self._charged_call_soon
+            self._handle_type = _ChargedHandle
+            self.call_at = self._timing_call_at  # type: ignore[method-assign]
+            self._fast_timers = False
+        if self._max_late > 0:
+            self._timers: list = []
+            self._seq = itertools.count()
+            self._compact_at = _COMPACT_MIN
+            self.call_at = self._timing_call_at  # type: ignore[method-assign]
+            self._fast_timers = False
+
+    def _lend_timing(self, timing: Timing) -> None:
+        """Take ``timing`` for a while (``_return_timing`` gives it back)."""
+        if self._closed or self.is_running() or self._timing is not None:
+            raise RuntimeError(
+                f"a Timing can be lent only to a loop that is open, not running and "
+                f"has none: {self!r}"
+            )
+        self._use_timing(timing)
+
+    def _return_timing(self) -> None:
+        """Give back the Timing: the loop runs punctually from now on, and
+        the cyclic collector is released (see _gc).  The Timing keeps its
+        record (it replays, and its repr names its decisions)."""
+        if self.is_running():
+            raise RuntimeError(f"cannot give back the Timing of a running loop: {self!r}")
+        timing, self._timing = self._timing, None
+        self.__dict__.pop("call_at", None)
+        self.__dict__.pop("_call_soon", None)
+        self._handle_type = _events.Handle
+        self._fast_timers = True
+        if self._max_late:
+            self._timers = []
+        self._max_late = self._max_cost = 0.0
+        if timing is not None:
+            timing._detach(self)
+        _gc.release(self)
 
     # ---- timing hooks -------------------------------------------------------
 
@@ -607,6 +733,9 @@ class VirtualEventLoop(WheelEventLoop):
             raise
 
     def run_forever(self) -> None:
+        hook = on_run
+        if hook is not None and not self._closed and not self.is_running():
+            hook(self)  # pytest --timing-fuzz: may lend this loop a Timing
         if self._known_threads is None:
             self._known_threads = weakref.WeakSet(_threading.enumerate())
         if self._timing is not None:
@@ -672,6 +801,28 @@ class VirtualEventLoop(WheelEventLoop):
             f"<{type(self).__name__} t={self._vtime!r} running={self.is_running()} "
             f"closed={self.is_closed()}>"
         )
+
+
+#: Called with each VirtualEventLoop about to run (``run_forever``), when
+#: set: the pytest plugin counts the loops a fuzzed test runs and lends a
+#: loop made before the test its run's Timing (see ``_session``).
+on_run = None
+
+
+def _defined_at(callback) -> str:
+    """'tick() defined at x.py:12' (a callable object: its class's __call__)."""
+    func = getattr(callback, "func", callback)  # functools.partial
+    func = getattr(func, "__func__", func)  # a bound method
+    code = getattr(func, "__code__", None)
+    for klass in type(func).__mro__ if code is None else ():
+        call = vars(klass).get("__call__")
+        if call is not None:
+            code = getattr(call, "__code__", None)
+            break
+    name = callback_site(callback)
+    if code is None:
+        return name
+    return f"{name} defined at {os.path.basename(code.co_filename)}:{code.co_firstlineno}"
 
 
 _NOTE = "pywheel.testing: the run "

@@ -38,7 +38,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import math
 import random
+import sys
+import threading
 import weakref
 from asyncio import events as _events
 from typing import Any
@@ -100,44 +103,171 @@ def seed_for(base: int, nodeid: str, run: int) -> int:
 
 
 class Context:
-    """What loops made during one test run get."""
+    """What loops get during one run of one test (its setup, call and
+    teardown): the per-test limit, the clocks default, and in a fuzz run the
+    schedule its Timings are drawn from.
 
-    __slots__ = ("limit", "clocks", "schedule", "loops", "__weakref__")
+    Which loops a fuzz run perturbs.  The run's Timings reach the loops that
+    run while the test's *own part* runs (``active``): from the setup of its
+    function-scoped fixtures through its call to their teardown (the plugin's
+    span fixture, the first function-scoped fixture set up and the last torn
+    down, marks it).  A loop made then takes the next Timing when it is made;
+    a loop made before (a module- or session-scoped loop, made by an earlier
+    run or test) is lent the next Timing when it starts running in that part
+    and gives it back at its end (``VirtualEventLoop._lend_timing``).  Timings
+    are numbered in the order loops take them, so the same program takes the
+    same draws.  Fixtures of a wider scope are set up and torn down outside
+    that part, punctually, in every run: whether they are set up in this run
+    (the test is the first of its module, the last, or alone in a replay) or
+    an earlier one does not change what the run perturbs, which is what
+    lets ``--timing-replay`` of one test reproduce a run of the fuzz.
+
+    Rejected: tearing the wider fixtures down and setting them up again for
+    each fuzz run, so that every loop is made inside the run (a session
+    fixture that starts a server would start N + 1 times per test); and
+    lending the Timing to every open loop when the run starts (a loop of
+    another module's fixtures would take draws, and the numbering would
+    depend on which loops happen to be open, which a replay cannot know)."""
+
+    __slots__ = ("limit", "limit_given", "clocks", "schedule", "loops", "timed", "ran")
+    __slots__ += ("active", "thread")
+    __slots__ += ("_draws", "__weakref__")
 
     def __init__(self, limit: float | None, clocks: bool, schedule: Schedule | None) -> None:
-        self.limit = limit
+        self.limit = limit  # None: no limit
+        self.limit_given = True  # False: the plugin's default (see make_loop)
         self.clocks = clocks
         self.schedule = schedule
-        self.loops: list = []  # weakrefs, in the order they were made
+        self.loops: list = []  # weakrefs of the loops made, in the order they were made
+        # (weakref to the loop, its Timing, lent?) in the order loops took one
+        self.timed: list = []
+        # ids of the loops with a Timing that ran (ids, not weak references:
+        # the count must outlive the run's loops, collected when it ends)
+        self.ran: set[int] = set()
+        self.active = schedule is None  # a punctual run has no span to wait for
+        self.thread = threading.get_ident()
+        self._draws = 0
+
+    def _draw(self) -> Timing:
+        assert self.schedule is not None
+        timing = self.schedule.timing(self._draws)
+        self._draws += 1
+        return timing
 
     def kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"clocks": self.clocks}
         if self.limit is not None:
             kw["limit"] = self.limit
-        if self.schedule is not None:
-            kw["timing"] = self.schedule.timing(len(self.loops))
+        if self.schedule is not None and self.active:
+            kw["timing"] = self._draw()
         return kw
 
     def made(self, loop) -> None:
         self.loops.append(weakref.ref(loop))
+        timing = loop._timing
+        if timing is not None and self.schedule is not None:
+            self.timed.append((weakref.ref(loop), timing, False))
+
+    def loop_runs(self, loop) -> None:
+        """``loop`` is about to run (``VirtualEventLoop.run_forever``)."""
+        if not self.active or self.schedule is None:
+            return
+        if loop._timing is None:
+            if threading.get_ident() != self.thread:
+                # Only in the test's thread: a loop lent a Timing must give
+                # it back when the test's part ends, and one running on
+                # another thread might still be running then.
+                return
+            timing = self._draw()
+            loop._lend_timing(timing)
+            self.timed.append((weakref.ref(loop), timing, True))
+        self.ran.add(id(loop))
+
+    def begin(self) -> None:
+        """The test's own part starts (a fuzz run's span fixture)."""
+        self.active = True
+
+    def end(self) -> None:
+        """The test's own part ended: lent Timings go back (idempotent)."""
+        if self.schedule is None:
+            return
+        self.active = False
+        for ref, timing, lent in self.timed:
+            loop = ref()
+            if lent and loop is not None and loop._timing is timing and not loop.is_closed():
+                loop._return_timing()
+
+    def lent(self) -> bool:
+        return any(lent for _, _, lent in self.timed)
 
     def virtual_times(self) -> list[float]:
-        return [loop.time() for ref in self.loops if (loop := ref()) is not None]
+        """The virtual time of each loop the run made or lent a Timing to."""
+        refs = list(self.loops) + [ref for ref, _, lent in self.timed if lent]
+        return [loop.time() for ref in refs if (loop := ref()) is not None]
+
+    def made_any(self) -> bool:
+        return bool(self.loops)
 
 
 #: The running test's context (None between tests: loops get the defaults).
 current: Context | None = None
 #: Session defaults, for loops made outside a test (session fixtures).
 session_clocks = True
+session_limit: float | None = None
+session_limit_given = False  # False: session_limit is the plugin's default
+#: Loops whose limit is the plugin's: each test gives them a fresh budget.
+_limited: weakref.WeakSet = weakref.WeakSet()
+
+
+def enter(ctx: Context) -> Context | None:
+    """Make ``ctx`` the current one (returns the one it replaces).  Loops
+    that outlive a test (module or session scope) and took their limit from
+    the plugin may again pass ``ctx.limit`` virtual seconds from now: the
+    limit is per test, not per loop."""
+    global current
+    saved, current = current, ctx
+    limit = math.inf if ctx.limit is None else ctx.limit
+    for loop in list(_limited):
+        if not loop.is_closed():
+            loop._set_limit(limit)
+    return saved
+
+
+def limited(loop) -> None:
+    """``loop``'s limit is the plugin's (renewed for each test)."""
+    _limited.add(loop)
+
+
+def _loop_runs(loop) -> None:
+    ctx = current
+    if ctx is not None:
+        ctx.loop_runs(loop)
 
 
 def make_loop(**overrides: Any):
     from ._loop import VirtualEventLoop
 
     ctx = current
-    kwargs = ctx.kwargs() if ctx is not None else {"clocks": session_clocks}
+    if ctx is not None:
+        kwargs = ctx.kwargs()
+        given = ctx.limit_given
+    else:
+        kwargs = {"clocks": session_clocks}
+        if session_limit is not None:
+            kwargs["limit"] = session_limit
+        given = session_limit_given
+    # The default limit is for the loop a test waits on.  A loop made on
+    # another thread (a server or portal running its own loop for the
+    # session) does not hold the test up when it spins, but would die of
+    # the limit and take its service with it: it gets a limit only when
+    # one was asked for (option, ini file, marker).
+    on_main = threading.current_thread() is threading.main_thread()
+    if not given and not on_main:
+        kwargs.pop("limit", None)
     kwargs.update(overrides)
     loop = VirtualEventLoop(**kwargs)
+    if "limit" not in overrides and (given or on_main):
+        limited(loop)
     if ctx is not None:
         ctx.made(loop)
     return loop
@@ -200,3 +330,13 @@ def is_async_test(item) -> bool:
         return True
     wrapped = getattr(obj, "__wrapped__", None)  # pytest-asyncio's sync wrapper
     return wrapped is not None and inspect.iscoroutinefunction(wrapped)
+
+
+def watch_runs(on: bool) -> None:
+    """Tell the session each time a VirtualEventLoop starts running (a fuzz
+    run counts them, and lends a Timing to one made before the test)."""
+    if not on and "pywheel.testing._loop" not in sys.modules:
+        return  # nothing to undo: never imported
+    from . import _loop
+
+    _loop.on_run = _loop_runs if on else None

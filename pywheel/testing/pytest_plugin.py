@@ -10,15 +10,22 @@ point, so installing pywheel is enough):
   ``virtual_time_clocks`` ini option (default on);
 - ``--virtual-time`` (ini ``virtual_time = true``): every event loop the
   session makes is a ``VirtualEventLoop`` (see ``_session``), no conftest;
-- ``--virtual-time-limit=SECONDS``: each loop made during a test (and the
-  marker's and fixture's, unless the marker says) may not pass that much
-  virtual time;
+- a per-test virtual-time limit (``DEFAULT_LIMIT``, 7200 s, unless
+  ``--virtual-time-limit=SECONDS|none``, the ``virtual_time_limit`` ini
+  option or ``@pytest.mark.virtual_time_limit(SECONDS|None)`` says
+  otherwise): no loop the plugin makes or configures (every loop under
+  ``--virtual-time``, the marker's unless it gives ``limit=``, the
+  fixture's) may pass that much virtual time in one test, a loop shared by
+  several tests getting a fresh budget for each;
 - ``--timing-fuzz=N`` with ``--timing-max-late``/``--timing-max-cost``/
   ``--timing-max-jitter`` (with none given, ``timings()``'s defaults; given
   any, the others are 0) and ``--timing-seed``: each async test runs once
-  punctually and then N more times under drawn Timings; a failure's report
-  shows the virtual time and a ``--timing-replay=TOKEN`` line that reruns
-  exactly that schedule.
+  punctually and then N more times under drawn Timings, on whatever loop it
+  runs on (a module- or session-scoped loop is lent each run's Timing: see
+  ``_session.Context``); a run in which no VirtualEventLoop ran is an error;
+  a failure's report shows the virtual time and a replay line (the command
+  as it was given, the test, ``--timing-replay=TOKEN``) that reruns exactly
+  that schedule.
 
 It imports neither hypothesis, pytest-asyncio nor anyio.  To run tests of
 those plugins on virtual time, give them the loop factory (README, "Testing
@@ -34,14 +41,57 @@ code that depends on time"):
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import inspect
+import math
+import os
+import shlex
+import shutil
+import sys
 from typing import Any
 
 import pytest
 
 from . import _session
 from ._timing import DEFAULT_BOUNDS, DEFAULT_MAX_COST, DEFAULT_MAX_JITTER, DEFAULT_MAX_LATE
+
+#: Virtual seconds a test may pass on any loop the plugin makes or configures,
+#: when nothing says otherwise.  Without a limit, a test that awaits what
+#: nobody sets while a repeating timer exists (a session fixture's heartbeat,
+#: a 100 ms poller) jumps from timer to timer for ever at 100 % CPU.  Two
+#: hours: above the hour tests often simulate (a ``sleep(3600)``, an hourly
+#: job, with room for what runs around it), so a legit test rarely reaches
+#: it; and reached quickly by what spins: one loop iteration per timer costs
+#: about 22 us here (a lone ``sleep()`` loop, load 6), so a 1 s heartbeat
+#: gets there in 0.2 s of real time, a 100 ms poller in 1.6 s, a 10 ms one in
+#: 16 s.  A day (86400) would leave the 100 ms poller spinning 19 s and the
+#: 10 ms one over three minutes, silent all along.
+DEFAULT_LIMIT = 7200.0
+
+
+def _limit_value(text) -> float | None:
+    """A limit as the option, the ini file or the marker gives it: seconds
+    >= 0, or none / inf / None for no limit."""
+    if text is None or (isinstance(text, str) and text.strip().lower() in ("none", "inf")):
+        return None
+    if isinstance(text, bool):
+        raise ValueError(f"a virtual-time limit is seconds or none, not {text!r}")
+    value = float(text)
+    if math.isinf(value) and value > 0:
+        return None
+    if not value >= 0:
+        raise ValueError(f"a virtual-time limit must be >= 0 seconds (or none), got {text!r}")
+    return value
+
+
+def _limit_option(text: str) -> float:
+    """--virtual-time-limit's value (inf for none: None means not given)."""
+    try:
+        value = _limit_value(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return math.inf if value is None else value
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,10 +114,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--virtual-time-limit",
-        type=float,
+        type=_limit_option,
         default=None,
         metavar="SECONDS",
-        help="virtual seconds each loop made during a test may run (TimeLimitError past it)",
+        help="virtual seconds a test may pass on each loop the plugin makes or configures "
+        f"(TimeLimitError past it; default {DEFAULT_LIMIT:g}, or the virtual_time_limit ini "
+        "option; none: no limit)",
     )
     group.addoption(
         "--timing-fuzz",
@@ -112,6 +164,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="make every event loop of the session a pywheel.testing VirtualEventLoop",
     )
     parser.addini(
+        "virtual_time_limit",
+        default=None,
+        help=f"virtual seconds a test may pass on each loop (default {DEFAULT_LIMIT:g}; none: "
+        "no limit)",
+    )
+    parser.addini(
         "virtual_time_clocks",
         type="bool",
         default=True,
@@ -120,14 +178,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class _Settings:
-    __slots__ = ("on", "limit", "fuzz", "bounds", "seed", "replay")
+    __slots__ = ("on", "limit", "limit_given", "fuzz", "bounds", "seed", "replay")
 
 
 def _settings(config: pytest.Config) -> _Settings:
     st = _Settings()
-    st.limit = config.getoption("virtual_time_limit", None)
-    if st.limit is not None and not (st.limit >= 0):
-        raise pytest.UsageError(f"--virtual-time-limit must be >= 0, got {st.limit!r}")
+    option = config.getoption("virtual_time_limit", None)
+    st.limit_given = option is not None or config.getini("virtual_time_limit") not in (None, "")
+    if option is not None:
+        st.limit = None if math.isinf(option) else option
+    else:
+        ini = config.getini("virtual_time_limit")
+        try:
+            st.limit = DEFAULT_LIMIT if ini in (None, "") else _limit_value(ini)
+        except ValueError as exc:
+            raise pytest.UsageError(f"virtual_time_limit (ini): {exc}") from None
     st.fuzz = config.getoption("timing_fuzz", 0) or 0
     if st.fuzz < 0:
         raise pytest.UsageError(f"--timing-fuzz must be >= 0, got {st.fuzz!r}")
@@ -170,20 +235,75 @@ def pytest_configure(config: pytest.Config) -> None:
     st = _settings(config)
     config.stash[_SETTINGS] = st
     _session.session_clocks = _default_clocks(config)
+    _session.session_limit = st.limit
+    _session.session_limit_given = st.limit_given
     if st.on:
         _session.install()
+    if st.fuzz or st.replay is not None:
+        _session.watch_runs(True)
+        config.pluginmanager.register(_FuzzSpan(), "pywheel-timing-fuzz-span")
     config.addinivalue_line(
         "markers",
         "virtual_time(start=0.0, tick=0.001, limit=None, autojump_threshold=0.05, "
         "timing=None, clocks=True): run this async def test on pywheel.testing's "
         "virtual time",
     )
+    config.addinivalue_line(
+        "markers",
+        f"virtual_time_limit(seconds): the virtual seconds this test may pass on each "
+        f"loop pywheel.testing makes or configures (default {DEFAULT_LIMIT:g}; None: no "
+        f"limit)",
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if config.stash.get(_SETTINGS, None) is not None:
         _session.uninstall()
+        _session.watch_runs(False)
         _session.current = None
+        _session.session_limit = None
+
+
+class _FuzzSpan:
+    """Registered for --timing-fuzz / --timing-replay only."""
+
+    @pytest.fixture(autouse=True)
+    def _pywheel_timing_span(self):
+        """Marks a fuzz run's *own part*: set up after every fixture of a wider
+        scope and before the test's other function-scoped fixtures (autouse,
+        from a plugin: first among them), torn down after them.  Loops that
+        run inside it take the run's Timing (see ``_session.Context``)."""
+        ctx = _session.current
+        if ctx is None or ctx.schedule is None:
+            yield
+            return
+        ctx.begin()
+        try:
+            yield
+        finally:
+            ctx.end()
+
+
+def _context(item: pytest.Item, st: _Settings, schedule) -> _session.Context:
+    ctx = _session.Context(_test_limit(item, st), _default_clocks(item.config), schedule)
+    ctx.limit_given = st.limit_given or item.get_closest_marker("virtual_time_limit") is not None
+    return ctx
+
+
+def _test_limit(item: pytest.Item, st: _Settings) -> float | None:
+    marker = item.get_closest_marker("virtual_time_limit")
+    if marker is None:
+        return st.limit
+    if len(marker.args) + len(marker.kwargs) != 1 or set(marker.kwargs) - {"seconds"}:
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.virtual_time_limit takes one argument, the "
+            f"seconds (None: no limit)"
+        )
+    value = marker.args[0] if marker.args else marker.kwargs["seconds"]
+    try:
+        return _limit_value(value)
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.virtual_time_limit: {exc}") from None
 
 
 def pytest_report_header(config: pytest.Config):
@@ -191,8 +311,7 @@ def pytest_report_header(config: pytest.Config):
     if st is None or not st.on:
         return None
     line = "pywheel.testing: every event loop is a VirtualEventLoop"
-    if st.limit is not None:
-        line += f", limit {st.limit!r} s per test"
+    line += f", limit {st.limit!r} s per test" if st.limit is not None else ", no limit"
     if st.replay is not None:
         line += f"; replaying --timing-replay={st.replay.token}"
     elif st.fuzz:
@@ -210,20 +329,58 @@ def pytest_runtest_protocol_context(item: pytest.Item, nextitem):
     st = item.config.stash.get(_SETTINGS, None)
     if st is None:
         return (yield)
-    saved = _session.current
-    _session.current = _session.Context(st.limit, _default_clocks(item.config), None)
+    saved = _session.enter(_context(item, st, None))
     try:
         return (yield)
     finally:
         _session.current = saved
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """A TimeLimitError says how to change the plugin's limit."""
+    st = item.config.stash.get(_SETTINGS, None)
+    if st is not None and call.excinfo is not None:
+        marker = item.get_closest_marker("virtual_time")
+        if marker is not None and "limit" in marker.kwargs:
+            given = f"this test's virtual_time marker gives limit={marker.kwargs['limit']!r}"
+        else:
+            limit = _test_limit(item, st)
+            given = "no limit" if limit is None else f"{limit!r} virtual seconds"
+            given = f"each loop it makes or configures may pass {given} in one test"
+        _note_limit(call.excinfo.value, given)
+    return (yield)
+
+
+_LIMIT_NOTE = "pywheel.testing's pytest plugin: "
+
+
+def _note_limit(exc: BaseException, given: str, depth: int = 0) -> None:
+    from ._loop import TimeLimitError
+
+    if isinstance(exc, BaseExceptionGroup) and depth < 8:  # anyio's task groups
+        for inner in exc.exceptions:
+            _note_limit(inner, given, depth + 1)
+        return
+    if not isinstance(exc, TimeLimitError) or any(
+        isinstance(n, str) and n.startswith(_LIMIT_NOTE) for n in getattr(exc, "__notes__", ())
+    ):
+        return
+    exc.add_note(
+        f"{_LIMIT_NOTE}{given} (default {DEFAULT_LIMIT:g} s); change it with "
+        f"--virtual-time-limit=SECONDS|none, "
+        f"the virtual_time_limit ini option or @pytest.mark.virtual_time_limit(SECONDS) "
+        f"(the virtual_time marker: limit=)"
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
     """--timing-fuzz / --timing-replay: run an async test (setup, call,
     teardown: function-scoped fixtures, pytest-asyncio's loop among them, are
-    made afresh each run) punctually, then under drawn schedules until one
-    fails; log one run: the failing one, or else the punctual one."""
+    made afresh each run; a loop of a wider scope is lent the run's Timing)
+    punctually, then under drawn schedules until one fails; log one run: the
+    failing one, or else the punctual one."""
     st = item.config.stash.get(_SETTINGS, None)
     if st is None or not (st.fuzz or st.replay is not None) or not _session.is_async_test(item):
         return None
@@ -237,32 +394,60 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
             _session.Schedule(late, cost, jitter, _session.seed_for(st.seed, item.nodeid, k))
             for k in range(1, st.fuzz + 1)
         ]
-    clocks = _default_clocks(item.config)
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     shown = None
     for k, schedule in enumerate(schedules):
-        ctx = _session.Context(st.limit, clocks, schedule)
-        saved, _session.current = _session.current, ctx
+        ctx = _context(item, st, schedule)
+        saved = _session.enter(ctx)
         try:
             reports = runtestprotocol(item, nextitem=nextitem, log=False)
         finally:
-            _session.current = saved
+            try:
+                ctx.end()
+            finally:
+                _session.current = saved
+        unperturbed = schedule is not None and not ctx.ran and _no_loop_ran(item, reports, k, st)
         failed = any(r.failed for r in reports)
         if shown is None or failed:
             shown = reports
         if failed:
-            if schedule is not None:
+            if schedule is not None and not unperturbed:
                 _describe(item, reports, ctx, schedule, k, len(schedules) - 1, st)
             break
+        if any(r.skipped for r in reports):
+            break  # skipped (or xfailed): the same again under a Timing tells nothing
     for report in shown:
         item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
 
 
+def _no_loop_ran(item, reports, k, st) -> bool:
+    """A fuzz run in which no VirtualEventLoop ran perturbed nothing: its
+    pass would be a lie, so its call fails, saying why (True if it did)."""
+    call = next((r for r in reports if r.when == "call"), None)
+    if call is None or not call.passed:
+        return False  # it failed, or never ran: that is what to report
+    what = (
+        f"--timing-replay={st.replay.token}" if st.replay is not None else f"--timing-fuzz run {k}"
+    )
+    call.outcome = "failed"
+    call.longrepr = (
+        f"pywheel.testing: {what} perturbed nothing: no pywheel.testing VirtualEventLoop "
+        f"ran while the test ran, so no Timing could reach the loop the test runs on. "
+        f"It runs on a loop --virtual-time does not make: a loop_factory or event loop "
+        f"policy of the suite's own (uvloop, a stock loop), another async library (anyio's "
+        f"trio backend), or a loop already running on another thread. A test the fuzz "
+        f"cannot perturb is an error, not a pass: run it on virtual time (the README's "
+        f"pytest section), or deselect it under --timing-fuzz."
+    )
+    return True
+
+
 def _describe(item, reports, ctx, schedule, k, n, st) -> None:
-    times = ", ".join(f"t={t!r}" for t in ctx.virtual_times()) or "no loop was made"
-    timings = [ref().timing for ref in ctx.loops if ref() is not None and ref().timing]
+    times = ", ".join(f"t={t!r}" for t in ctx.virtual_times()) or (
+        "(its loops are gone)" if ctx.made_any() else "no loop was made"
+    )
     lines = [
         (
             f"replaying --timing-replay={schedule.token}"
@@ -271,17 +456,174 @@ def _describe(item, reports, ctx, schedule, k, n, st) -> None:
         ),
         f"virtual time at the end of each loop of the run: {times}",
     ]
-    lines += [f"loop {i}: {t!r}" for i, t in enumerate(timings)]
-    args = ["--virtual-time"]
-    if st.limit is not None:
-        args.append(f"--virtual-time-limit={st.limit!r}")
-    lines.append(
-        f"replay: pytest '{item.nodeid}' {' '.join(args)} --timing-replay={schedule.token}"
-    )
+    for i, (_, timing, lent) in enumerate(ctx.timed):
+        shared = " (a loop made before the test, lent this Timing while it ran)" if lent else ""
+        lines.append(f"loop {i}{shared}: {timing!r}")
+    if ctx.lent():
+        lines.append(
+            "the test ran on a loop it shares with other tests or runs (module or session "
+            "scope): the replay reruns this schedule on a fresh one, which reproduces the "
+            "failure unless it depends on what earlier tests or runs left on that loop (its "
+            "virtual time, timers or tasks still pending)"
+        )
+    lines.append(f"replay: {_replay_command(item, schedule.token)}")
     text = "\n".join(lines)
     for r in reports:
         if r.failed:
             r.sections.append(("pywheel.testing timing fuzz", text))
+
+
+# ---- the replay line ---------------------------------------------------------
+#
+# It is the command as it was given, so that what the project passes on the
+# command line (-o asyncio_mode=auto, -p, -c, --rootdir, -W ...) is there
+# again: pasted into a shell from the same directory, in the same
+# environment, it reruns the failure.  From the given arguments it drops
+# the fuzz's own options (--timing-*, --virtual-time, which it gives again)
+# and the positional ones (the paths the session ran: the replay names the
+# one test instead), telling options' values from positional arguments with
+# pytest's own argument parser.  What the ini file's addopts and
+# PYTEST_ADDOPTS give is not on the line: the same directory and shell give
+# them again.  Rejected: rebuilding the line from the parsed options (every
+# plugin's defaults would be spelled out, and options a plugin adds under
+# another spelling could not be written back).
+
+_FUZZ_DESTS = frozenset(
+    {
+        "timing_fuzz",
+        "timing_max_late",
+        "timing_max_cost",
+        "timing_max_jitter",
+        "timing_seed",
+        "timing_replay",
+        "virtual_time",
+    }
+)
+
+
+def _replay_command(item: pytest.Item, token: str) -> str:
+    config = item.config
+    words = _command_words(config) + _kept_args(config)
+    words += [_node_arg(item), "--virtual-time", f"--timing-replay={token}"]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _on_path(path: str) -> str:
+    """``path``'s file name if the shell finds that very file under it."""
+    name = os.path.basename(path)
+    found = shutil.which(name)
+    try:
+        if found is not None and os.path.samefile(found, path):
+            return name
+    except OSError:
+        pass
+    return path
+
+
+def _command_words(config: pytest.Config) -> list[str]:
+    """How pytest was started: ``python -m pytest`` (with this interpreter:
+    ``-m`` also puts the directory on sys.path, which a plain ``pytest``
+    does not), the ``pytest`` script, or, for ``pytest.main()`` called by a
+    program, ``pytest``."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    base = os.path.basename(argv0)
+    if base == "__main__.py" and os.path.basename(os.path.dirname(argv0)) == "pytest":
+        return [_on_path(sys.executable), "-m", "pytest"]
+    if base.startswith(("pytest", "py.test")) and os.path.isfile(argv0):
+        return [_on_path(argv0)]
+    return ["pytest"]
+
+
+def _actions(config: pytest.Config) -> dict:
+    parser = config._parser  # pytest keeps no public handle on it
+    optparser = getattr(parser, "optparser", None)
+    if optparser is None:  # pytest < 9 builds it on demand
+        optparser = parser._getparser()
+    return optparser._option_string_actions
+
+
+def _kept_args(config: pytest.Config) -> list[str]:
+    """The given arguments minus the fuzz's own options and the positional
+    arguments."""
+    raw = [str(a) for a in config.invocation_params.args]
+    try:
+        actions = _actions(config)
+    except Exception:  # pytest changed its insides: keep what is surely an option
+        actions = None
+    kept: list[str] = []
+    i = 0
+    while i < len(raw):
+        arg = raw[i]
+        if arg == "--":
+            break  # the rest is positional
+        if not arg.startswith("-") or arg == "-":
+            if arg.startswith("@"):
+                kept.append(arg)  # a file of arguments (argparse's fromfile)
+            i += 1
+            continue
+        group, dest = _option_group(raw, i, actions)
+        if dest not in _FUZZ_DESTS:
+            kept += group
+        i += len(group)
+    return kept
+
+
+def _option_group(raw: list[str], i: int, actions) -> tuple[list[str], str | None]:
+    """The option at ``raw[i]`` with the values it takes, and its dest."""
+    arg = raw[i]
+    if actions is None:
+        return [arg], None
+    if arg.startswith("--"):
+        name, eq, _ = arg.partition("=")
+        action = actions.get(name)
+        takes = 0 if eq or action is None else _values(action, raw, i + 1)
+        return raw[i : i + 1 + takes], getattr(action, "dest", None)
+    # Short options, possibly bundled (-vx) or with the value attached (-kfoo).
+    pos = 1
+    while pos < len(arg):
+        action = actions.get("-" + arg[pos])
+        if action is None:
+            return [arg], None
+        if _values(action, raw, i + 1) or action.nargs == "?":
+            if pos + 1 < len(arg):  # the value is the rest of this word
+                return [arg], action.dest
+            takes = _values(action, raw, i + 1)
+            return raw[i : i + 1 + takes], action.dest
+        pos += 1
+    return [arg], getattr(action, "dest", None)
+
+
+def _values(action, raw: list[str], j: int) -> int:
+    """How many of the words from ``raw[j]`` on an option's action takes:
+    store and append take one (nargs None), store_true, count, help and
+    store_const none (nargs 0)."""
+    nargs = action.nargs
+    if nargs is None:
+        return 1
+    if nargs == "?":
+        return 1 if j < len(raw) and not raw[j].startswith("-") else 0
+    if nargs in ("*", "+"):
+        n = 0
+        while j + n < len(raw) and not raw[j + n].startswith("-"):
+            n += 1
+        return n
+    return nargs if isinstance(nargs, int) else 0
+
+
+def _node_arg(item: pytest.Item) -> str:
+    """The test's node id as an argument given from the directory pytest was
+    started in (a node id is relative to rootdir, which -c, --rootdir or an
+    ini file elsewhere can move)."""
+    nodeid = item.nodeid
+    path = getattr(item, "path", None)
+    _, sep, rest = nodeid.partition("::")
+    if path is None or not sep:
+        return nodeid
+    try:
+        where = os.path.relpath(str(path), str(item.config.invocation_params.dir))
+    except ValueError:  # another drive (Windows)
+        where = str(path)
+    return f"{where}::{rest}"
 
 
 def _default_clocks(config: pytest.Config) -> bool:
@@ -297,15 +639,18 @@ def _loop_kwargs(item) -> dict:
     kwargs.setdefault("clocks", _default_clocks(item.config))
     ctx = _session.current
     if ctx is not None:
-        # --virtual-time-limit and a fuzz run's Timing reach the marker's
-        # and the fixture's loops too (the marker's own limit= wins).
+        # The test's limit and a fuzz run's Timing reach the marker's and
+        # the fixture's loops too (the marker's own limit= wins).
         for name, value in ctx.kwargs().items():
             if name != "clocks":
                 kwargs.setdefault(name, value)
     return kwargs
 
 
-def _made(loop) -> None:
+def _made(loop, item) -> None:
+    marker = item.get_closest_marker("virtual_time")
+    if marker is None or "limit" not in marker.kwargs:
+        _session.limited(loop)  # the plugin's limit: renewed for each test
     if _session.current is not None:
         _session.current.made(loop)
 
@@ -332,7 +677,7 @@ def virtual_loop(request):
     from ._loop import VirtualEventLoop
 
     loop = VirtualEventLoop(**_loop_kwargs(request.node))
-    _made(loop)
+    _made(loop, request.node)
     asyncio.set_event_loop(loop)
     try:
         yield loop
@@ -374,7 +719,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
         except BaseException:
             coro.close()  # refused before it could run: no "never awaited" noise
             raise
-        _made(loop)
+        _made(loop, pyfuncitem)
         try:
             with asyncio.Runner(loop_factory=lambda: loop) as runner:
                 runner.run(coro)

@@ -107,6 +107,9 @@ class Loop(_uvloop.Loop):
             self._wheel, self, Loop.call_later, Loop.call_at, _uv_time, Loop._arm, _uv_call_soon
         )
         self._run_queued = False
+        # The context uvloop runs the soon timers' ready callbacks in (their
+        # timers run in their own): one, reused, as loop.c's (see there).
+        self._soon_ctx = contextvars.Context()
         self._current_handle = None  # debug mode, as asyncio's loops
         self._pw_debug = False  # uvloop's _debug, which Python cannot read
         super().__init__()
@@ -204,7 +207,7 @@ class Loop(_uvloop.Loop):
         call_soon puts a callback; if that fails the timer, which would never
         run, is cancelled."""
         try:
-            _uv_call_soon(self, run, timer)
+            _uv_call_soon(self, run, timer, context=self._soon_ctx)
         except BaseException:
             timer.cancel()
             raise

@@ -60,6 +60,7 @@ typedef struct {
   PyObject *arm_fn;                 /* NULL: nothing to arm; else arm(loop, when) */
   PyObject *soon_fn;                /* NULL: none; else soon_fn(loop, run_soon, handle) */
   PyObject *run_soon;               /* the wheel's bound _run_soon, with soon_fn */
+  PyObject *soon_ctx;               /* the context soon_fn's callbacks run in (see below) */
   double arm_below;                 /* arm_fn is called for a deadline before it */
   /* What the loop last told _set_plain (WheelEventLoop._sync_timers, on
    * every write of the attributes they depend on): call_at may take the
@@ -68,12 +69,15 @@ typedef struct {
   bool at_ok, later_ok;
 } LoopTimersObject;
 
-static PyObject *s_context; /* interned "context", made once */
+static PyObject *s_context;    /* interned "context", made once */
+static PyObject *s_context_kw; /* ("context",): kwnames of a call passing context= */
 
 static int intern_names(void) {
   if (!s_context)
     s_context = PyUnicode_InternFromString("context");
-  return s_context ? 0 : -1;
+  if (s_context && !s_context_kw)
+    s_context_kw = PyTuple_Pack(1, s_context);
+  return s_context && s_context_kw ? 0 : -1;
 }
 
 static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -108,18 +112,26 @@ static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   }
   if (intern_names() < 0)
     return NULL;
-  PyObject *run_soon = NULL;
-  if (soon_fn != Py_None && !(run_soon = PyObject_GetAttrString(wheel, "_run_soon")))
-    return NULL;
+  PyObject *run_soon = NULL, *soon_ctx = NULL;
+  if (soon_fn != Py_None) {
+    if (!(run_soon = PyObject_GetAttrString(wheel, "_run_soon")))
+      return NULL;
+    if (!(soon_ctx = PyContext_New())) {
+      Py_DECREF(run_soon);
+      return NULL;
+    }
+  }
   PyObject *ref = PyWeakref_NewRef(loop, NULL);
   if (!ref) {
     Py_XDECREF(run_soon);
+    Py_XDECREF(soon_ctx);
     return NULL;
   }
   LoopTimersObject *self = (LoopTimersObject *)type->tp_alloc(type, 0);
   if (!self) {
     Py_DECREF(ref);
     Py_XDECREF(run_soon);
+    Py_XDECREF(soon_ctx);
     return NULL;
   }
   self->wheel = (WheelObject *)Py_NewRef(wheel);
@@ -130,6 +142,7 @@ static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   self->arm_fn = arm_fn == Py_None ? NULL : Py_NewRef(arm_fn);
   self->soon_fn = soon_fn == Py_None ? NULL : Py_NewRef(soon_fn);
   self->run_soon = run_soon;
+  self->soon_ctx = soon_ctx;
   self->arm_below = INFINITY;
   return (PyObject *)self;
 }
@@ -144,6 +157,7 @@ static int timers_traverse(LoopTimersObject *self, visitproc visit, void *arg) {
   Py_VISIT(self->arm_fn);
   Py_VISIT(self->soon_fn);
   Py_VISIT(self->run_soon);
+  Py_VISIT(self->soon_ctx);
   return 0;
 }
 
@@ -156,6 +170,7 @@ static int timers_clear(LoopTimersObject *self) {
   Py_CLEAR(self->arm_fn);
   Py_CLEAR(self->soon_fn);
   Py_CLEAR(self->run_soon);
+  Py_CLEAR(self->soon_ctx);
   return 0;
 }
 
@@ -273,16 +288,21 @@ static bool when_of(PyObject *o, int64_t *out, double *asked) {
  * scheduled stays scheduled if arm() raises). */
 /* A timer due already (when <= the loop's time(), as read): a soon timer
  * (pw__schedule_soon), and the call to run it queued on the loop's ready
- * queue, soon_fn(loop, run_soon, handle) -- uvloop's own call_soon, so it
- * runs where uvloop runs a call_later(0) or a past call_at.  If that call
- * fails the timer is cancelled: it would never run. */
+ * queue, soon_fn(loop, run_soon, handle, context=soon_ctx) -- uvloop's own
+ * call_soon, so it runs where uvloop runs a call_later(0) or a past
+ * call_at.  The context is one made for this, reused: without it uvloop
+ * copies the current one for each call (a fifth of the cost), and _run_soon
+ * runs the timer in the timer's own context anyway.  Reusing it is safe
+ * because ready callbacks never nest (a running loop cannot be run again
+ * from its callbacks).  If the call fails the timer is cancelled: it would
+ * never run. */
 static PyObject *schedule_soon(LoopTimersObject *self, PyObject *loop, int64_t when,
                                PyObject *const *args, Py_ssize_t nargs, PyObject *context) {
   PyObject *r = pw__schedule_soon(self->wheel, when, args, nargs, context);
   if (!r)
     return NULL;
-  PyObject *argv[3] = {loop, self->run_soon, r};
-  PyObject *queued = PyObject_Vectorcall(self->soon_fn, argv, 3, NULL);
+  PyObject *argv[4] = {loop, self->run_soon, r, self->soon_ctx};
+  PyObject *queued = PyObject_Vectorcall(self->soon_fn, argv, 3, s_context_kw);
   if (queued) {
     Py_DECREF(queued);
     return r;

@@ -85,7 +85,8 @@ class Loop(_uvloop.Loop):
     Their handles are ``pywheel.TimerHandle`` objects with the surface of
     asyncio's and uvloop's (``when()``, ``cancel()``, ``cancelled()``,
     ``get_context()``); in debug mode ``asyncio.TimerHandle`` objects, with
-    asyncio's source tracebacks and slow-callback warnings.  ``wheel`` is the
+    asyncio's source tracebacks, that print as uvloop's handles and are
+    timed and warned about as uvloop times its own.  ``wheel`` is the
     loop's wheel (``len()``: pending timers; ``stats()``: its counters).
     """
 
@@ -315,7 +316,8 @@ class Loop(_uvloop.Loop):
         """Debug mode's ready callback for one soon timer (see _run_wheel's
         end for why it is not wheel._run_soon itself)."""
         self._wheel._run_soon(timer)
-        _hush(self)
+        if self._pw_debug:  # (uvloop compares only in debug mode)
+            _hush(self)
 
     def _run_timed(self, handle) -> None:
         """Debug mode: a timer (a _DebugTimerHandle run from the wheel) run

@@ -197,10 +197,11 @@ class Loop(_uvloop.Loop):
     def _due(self, when) -> bool:
         """Whether a deadline is due already (loop.time() has reached it):
         uvloop makes such a timer a call_soon, and so a soon timer here.
-        What does not compare with a float (the wheel refuses it) is not."""
+        What does not compare with a float, or raises comparing (a Decimal
+        NaN), is not: the wheel then refuses it with its own error."""
         try:
             return bool(when <= _uv_time(self))
-        except TypeError:
+        except Exception:
             return False
 
     def _queue_soon(self, run, timer) -> None:

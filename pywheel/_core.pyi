@@ -107,6 +107,15 @@ class ManualWheel(Wheel):
     def _collect_for_loop(self, end: float, now: float, /) -> int: ...
     def run_collected(self) -> int: ...
     def _stock_handles(self) -> None: ...
+    def _call_soon_at(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        /,
+        *args: Any,
+        context: Context | None = None,
+    ) -> TimerHandle: ...
+    def _run_soon(self, handle: TimerHandle, /) -> int: ...
 
 @final
 class _LoopTimers:
@@ -114,7 +123,8 @@ class _LoopTimers:
     (the loops install its methods on themselves outside debug mode).  time:
     the loop's clock, called as time(loop) (None: time.monotonic()); arm:
     called as arm(loop, when) after scheduling a deadline before
-    arm_below."""
+    arm_below; call_soon (with time): a deadline <= time(loop) becomes a
+    soon timer, queued as call_soon(loop, wheel._run_soon, handle)."""
 
     arm_below: float
     def __new__(
@@ -125,6 +135,7 @@ class _LoopTimers:
         call_at: Callable[..., object],
         time: Callable[[Any], float] | None = None,
         arm: Callable[[Any, float], object] | None = None,
+        call_soon: Callable[..., object] | None = None,
         /,
     ) -> Self: ...
     def call_later(

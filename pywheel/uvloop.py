@@ -12,8 +12,15 @@ is re-armed only when a new timer's deadline comes before it, and after it
 fired; a cancel does not touch it (at worst it wakes once for nothing).  When
 it fires it queues one ready callback, so the timers that fell due run after
 the callbacks that were ready before them, in exact-deadline order, as on
-``WheelEventLoop``; a timer scheduled for a time already past queues that
-callback at once (uvloop runs such a timer as a ``call_soon`` too).
+``WheelEventLoop``.
+
+A timer whose deadline ``loop.time()`` has reached when it is scheduled
+(``call_later(0)``, a negative delay, a past ``call_at``) is what uvloop makes
+a ``call_soon``: its place in the order is where it was scheduled among the
+ready callbacks.  So it is a "soon" timer of the wheel (``_call_soon_at``:
+pending, cancellable, counted, but never collected by ``run_due``), and one
+ready callback is queued for it alone through uvloop's ``call_soon``
+(``wheel._run_soon(handle)``), which runs it there if it is still pending.
 
 The clock is uvloop's: ``loop.time()`` is libuv's, in whole milliseconds,
 unchanged.  A timer runs once ``loop.time() >= when()``, never before (uvloop
@@ -27,11 +34,15 @@ Needs uvloop: ``pip install 'pywheel[uvloop]'``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import math
 import sys
+import time as _time
 import warnings
 from asyncio import coroutines as _coroutines
 from asyncio import events as _events
+from asyncio import format_helpers as _format_helpers
 from typing import Any
 
 try:
@@ -49,12 +60,17 @@ __all__ = ["Loop", "new_event_loop", "run"]
 
 _inf = math.inf
 _ceil = math.ceil
+_sys_getframe = sys._getframe
 # uvloop's own methods, reached past our overrides.  (uvloop's call_at calls
 # self.call_later, which would be ours: the libuv timer is armed through
 # uvloop's call_later, by the class, never through self.)
 _uv_call_later = _uvloop.Loop.call_later
 _uv_call_soon = _uvloop.Loop.call_soon
 _uv_time = _uvloop.Loop.time
+# uvloop's slow_callback_duration, the C field its debug-mode checks read.
+_uv_slow = _uvloop.Loop.slow_callback_duration
+_monotonic = _time.monotonic  # the clock uvloop times callbacks with
+_logger = logging.getLogger("asyncio")  # the logger uvloop warns on
 
 
 # The check asyncio's own call_at makes in debug mode: from 3.14 its public
@@ -69,7 +85,8 @@ class Loop(_uvloop.Loop):
     Their handles are ``pywheel.TimerHandle`` objects with the surface of
     asyncio's and uvloop's (``when()``, ``cancel()``, ``cancelled()``,
     ``get_context()``); in debug mode ``asyncio.TimerHandle`` objects, with
-    asyncio's source tracebacks and slow-callback warnings.  ``wheel`` is the
+    asyncio's source tracebacks, that print as uvloop's handles and are
+    timed and warned about as uvloop times its own.  ``wheel`` is the
     loop's wheel (``len()``: pending timers; ``stats()``: its counters).
     """
 
@@ -88,9 +105,12 @@ class Loop(_uvloop.Loop):
         # wheel is queued (nothing to arm then) -- and _arm is called only
         # for one before it.
         self._timers = _core._LoopTimers(
-            self._wheel, self, Loop.call_later, Loop.call_at, _uv_time, Loop._arm
+            self._wheel, self, Loop.call_later, Loop.call_at, _uv_time, Loop._arm, _uv_call_soon
         )
         self._run_queued = False
+        # The context uvloop runs the soon timers' ready callbacks in (their
+        # timers run in their own): one, reused, as loop.c's (see there).
+        self._soon_ctx = contextvars.Context()
         self._current_handle = None  # debug mode, as asyncio's loops
         self._pw_debug = False  # uvloop's _debug, which Python cannot read
         super().__init__()
@@ -139,32 +159,65 @@ class Loop(_uvloop.Loop):
             raise TypeError("delay must not be None")
         # The hot path is loop.c's; this one serves debug mode, a closed
         # loop and unusual arguments, through call_at as asyncio's does.
-        timer = self.call_at(_uv_time(self) + delay, callback, *args, context=context)
-        if self._pw_debug and timer._source_traceback:
-            del timer._source_traceback[-1]
-        return timer
+        when = _uv_time(self) + delay
+        at = self.call_at
+        if getattr(at, "__func__", None) is not Loop.call_at:  # another call_at: it decides
+            return at(when, callback, *args, context=context)
+        return self._call_at(when, callback, args, context, _sys_getframe(1))
 
     def call_at(self, when, callback, *args, context=None):
+        return self._call_at(when, callback, args, context, _sys_getframe(1))
+
+    def _call_at(self, when, callback, args, context, frame):
+        """call_at; `frame` is the caller's (debug mode's source traceback)."""
         if when is None:
             raise TypeError("when cannot be None")
         if self._pw_debug:
-            return self._call_at_debug(when, callback, args, context)
+            return self._call_at_debug(when, callback, args, context, frame)
+        wheel = self._wheel
+        soon = self._due(when)
         try:
-            timer = self._wheel.call_at(when, callback, *args, context=context)
+            if soon:
+                timer = wheel._call_soon_at(when, callback, *args, context=context)
+            else:
+                timer = wheel.call_at(when, callback, *args, context=context)
         except OverflowError:
-            timer = self._call_never(when, callback, args, context)
+            timer = self._call_never(when, callback, args, context, soon)
             when = timer.when()  # inf: nothing to arm; -inf: due now
         except RuntimeError:
             if self.is_closed():  # the wheel closes with the loop: uvloop's words
                 raise RuntimeError("Event loop is closed") from None
             raise
-        if when < self._timers.arm_below:
+        if soon:
+            self._queue_soon(wheel._run_soon, timer)
+        elif when < self._timers.arm_below:
             self._arm(when)
         return timer
 
-    def _call_at_debug(self, when, callback, args, context):
+    def _due(self, when) -> bool:
+        """Whether a deadline is due already (loop.time() has reached it):
+        uvloop makes such a timer a call_soon, and so a soon timer here.
+        What does not compare with a float, or raises comparing (a Decimal
+        NaN), is not: the wheel then refuses it with its own error."""
+        try:
+            return bool(when <= _uv_time(self))
+        except Exception:
+            return False
+
+    def _queue_soon(self, run, timer) -> None:
+        """Queues run(timer) on uvloop's ready queue, where uvloop's
+        call_soon puts a callback; if that fails the timer, which would never
+        run, is cancelled."""
+        try:
+            _uv_call_soon(self, run, timer, context=self._soon_ctx)
+        except BaseException:
+            timer.cancel()
+            raise
+
+    def _call_at_debug(self, when, callback, args, context, frame):
         """Debug mode: uvloop's thread check, asyncio's callback checks, and
-        an asyncio.TimerHandle run from the wheel by WheelEventLoop's code."""
+        a handle with asyncio.TimerHandle's surface run from the wheel,
+        timed and named as uvloop times and names its own (_run_timed)."""
         if self.is_closed():
             raise RuntimeError("Event loop is closed")
         if self.is_running() and _events._get_running_loop() is not self:
@@ -175,16 +228,34 @@ class Loop(_uvloop.Loop):
             raise TypeError("coroutines cannot be used with call_at()")
         if not callable(callback):
             raise TypeError(f"a callable object was expected by call_at(), got {callback!r}")
-        timer = _pwa._debug_timer(self, when, callback, args, context)
-        when = timer._timer.when()
-        if when < self._timers.arm_below:
-            self._arm(when)
+        soon = self._due(when)
+        timer = _DebugTimerHandle(when, callback, args, self, context)
+        timer._soon = soon
+        timer._uv_name = _callback_name(callback)
+        timer._source_traceback = _format_helpers.extract_stack(frame)
+        ctx = contextvars.Context()
+        wheel = self._wheel
+        try:
+            if soon:
+                timer._timer = wheel._call_soon_at(when, self._run_timed, timer, context=ctx)
+            else:
+                timer._timer = wheel.call_at(when, self._run_timed, timer, context=ctx)
+        except OverflowError:
+            timer._timer = self._call_never(when, self._run_timed, (timer,), ctx, soon)
+        if soon:
+            self._queue_soon(self._run_soon_debug, timer._timer)
+        else:
+            when = timer._timer.when()
+            if when < self._timers.arm_below:
+                self._arm(when)
         return timer
 
-    def _call_never(self, when, callback, args, context):
+    def _call_never(self, when, callback, args, context, soon=False):
         """A finite deadline beyond the wheel's clock (|t| >= 2**63 ns, about
-        292 years): it never runs (far in the past: it runs now), as on
-        WheelEventLoop."""
+        292 years): it never runs (far in the past: it runs now, a soon
+        timer), as on WheelEventLoop."""
+        if soon:
+            return self._wheel._call_soon_at(-_inf, callback, *args, context=context)
         when = _inf if when > 0 else -_inf
         return self._wheel.call_at(when, callback, *args, context=context)
 
@@ -239,6 +310,32 @@ class Loop(_uvloop.Loop):
             nxt = wheel.next_when()
             if nxt is not None and nxt < self._timers.arm_below and not self.is_closed():
                 self._arm(nxt)
+        if self._pw_debug:
+            _hush(self)
+
+    def _run_soon_debug(self, timer) -> None:
+        """Debug mode's ready callback for one soon timer (see _run_wheel's
+        end for why it is not wheel._run_soon itself)."""
+        self._wheel._run_soon(timer)
+        if self._pw_debug:  # (uvloop compares only in debug mode)
+            _hush(self)
+
+    def _run_timed(self, handle) -> None:
+        """Debug mode: a timer (a _DebugTimerHandle run from the wheel) run
+        and timed as uvloop times its own: time.monotonic(), a warning on
+        the 'asyncio' logger when it took more than slow_callback_duration
+        and did not raise, naming the handle as uvloop names it."""
+        if handle._cancelled:
+            return
+        self._current_handle = handle
+        try:
+            t0 = _monotonic()
+            handle._run()
+            dt = _monotonic() - t0
+        finally:
+            self._current_handle = None
+        if dt > self.slow_callback_duration:
+            _logger.warning("Executing %s took %.3f seconds", handle._uv_format(), dt)
 
     def set_debug(self, enabled: bool) -> None:
         self._pw_debug = bool(enabled)
@@ -249,12 +346,91 @@ class Loop(_uvloop.Loop):
         """asyncio.TimerHandle.cancel() calls it (debug mode's handles)."""
 
     _on_timer_error = _pwa.WheelEventLoop._on_timer_error
-    _run_timed = _pwa.WheelEventLoop._run_timed
 
     def close(self) -> None:
         super().close()
         self._bind_timers()  # closed: the Python methods say so, as uvloop
         self._wheel.close()
+
+
+def _callback_name(func) -> str:
+    """How uvloop names a callback in a handle's repr (its qualified name)."""
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return name if isinstance(name, str) else repr(func)
+
+
+class _DebugTimerHandle(asyncio.TimerHandle):
+    """Debug mode's timer: asyncio.TimerHandle's surface and source
+    traceback, run from the loop's wheel (``_timer``, the wheel's handle),
+    with uvloop's repr: ``<TimerHandle cb created at file:line>``, or for a
+    timer due when scheduled (``_soon``), which uvloop makes a call_soon,
+    ``<Handle cb created at file:line>``; "cancelled" after the class as
+    uvloop writes it (and, as uvloop, no callback name for a cancelled
+    Handle, whose callback uvloop drops)."""
+
+    __slots__ = ("_timer", "_soon", "_uv_name")
+
+    def cancel(self) -> None:
+        if not self._cancelled:
+            self._timer.cancel()
+        super().cancel()
+
+    def __repr__(self) -> str:
+        info = ["Handle" if self._soon else "TimerHandle"]
+        if self._cancelled:
+            info.append("cancelled")
+        if not (self._soon and self._cancelled):
+            info.append(self._uv_name)
+        tb = self._source_traceback
+        if tb:
+            info.append(f"created at {tb[-1][0]}:{tb[-1][1]}")
+        return "<" + " ".join(info) + ">"
+
+    def _uv_format(self) -> str:
+        """What uvloop's slow-callback warning names: the handle, or for a
+        ready callback that is a task's method, the task."""
+        task = getattr(self._callback, "__self__", None)
+        if self._soon and isinstance(task, asyncio.Task):
+            return repr(task)
+        return repr(self)
+
+
+class _Hush(float):
+    """uvloop's slow_callback_duration for one comparison (debug mode).
+
+    uvloop times every ready callback it runs and warns about one slower
+    than the loop's slow_callback_duration, read from its C field after the
+    callback returned (``delta > slow_callback_duration``).  The callbacks
+    that run the wheel (_run_wheel, _run_soon_debug) are not the program's:
+    the timers they run are timed and named one by one (_run_timed), as
+    uvloop times its own timers, so uvloop's warning about the runner (it
+    named ``Loop._run_wheel``, or a batch of quick timers) must not be
+    given.  Nothing of ours runs between the runner's return and uvloop's
+    comparison, so the runner's last act puts this float, of the same
+    value, in the field: as a subclass of float its reflected ``__lt__`` is
+    the one Python calls for ``delta > hush``; it answers "not slow" and
+    puts the plain float back.  Anyone reading the attribute meanwhile
+    reads the same number.  Rejected: timing the wheel outside a ready
+    callback (uvloop times its timer callbacks the same way), and lowering
+    the warning to the runner's own (it cannot say which timer was slow)."""
+
+    __slots__ = ("_loop",)
+
+    def __lt__(self, other):
+        loop = self._loop
+        if loop is not None:
+            self._loop = None
+            if _uv_slow.__get__(loop) is self:
+                _uv_slow.__set__(loop, float(self))
+        return False
+
+
+def _hush(loop: Loop) -> None:
+    current = _uv_slow.__get__(loop)
+    if type(current) is float or type(current) is int:
+        h = _Hush(current)
+        h._loop = loop
+        _uv_slow.__set__(loop, h)
 
 
 def new_event_loop() -> Loop:

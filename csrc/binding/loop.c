@@ -42,7 +42,12 @@
  * none; -inf: a run of the wheel is queued), so the common call, a deadline
  * after the armed one, costs no Python call at all.  The comparison and the
  * value passed are the Python method's: the deadline asked for, inf for one
- * that never runs, -inf for one far in the past.
+ * that never runs, -inf for one far in the past.  With the third, `call_soon`
+ * (uvloop's own Loop.call_soon), a deadline the loop's time() has reached
+ * -- read for call_at too, as uvloop's call_at reads it -- is a soon timer
+ * (pw__schedule_soon, wheel.c) and call_soon(loop, wheel._run_soon, handle)
+ * queues its run where uvloop would queue the call_soon it makes of such a
+ * timer; the common call, a deadline ahead, pays one clock read in call_at.
  */
 #include "module.h"
 
@@ -53,6 +58,9 @@ typedef struct {
   PyObject *py_call_at;             /* WheelEventLoop.call_at */
   PyObject *time_fn;                /* NULL: time.monotonic(); else time(loop) */
   PyObject *arm_fn;                 /* NULL: nothing to arm; else arm(loop, when) */
+  PyObject *soon_fn;                /* NULL: none; else soon_fn(loop, run_soon, handle) */
+  PyObject *run_soon;               /* the wheel's bound _run_soon, with soon_fn */
+  PyObject *soon_ctx;               /* the context soon_fn's callbacks run in (see below) */
   double arm_below;                 /* arm_fn is called for a deadline before it */
   /* What the loop last told _set_plain (WheelEventLoop._sync_timers, on
    * every write of the attributes they depend on): call_at may take the
@@ -61,19 +69,23 @@ typedef struct {
   bool at_ok, later_ok;
 } LoopTimersObject;
 
-static PyObject *s_context; /* interned "context", made once */
+static PyObject *s_context;    /* interned "context", made once */
+static PyObject *s_context_kw; /* ("context",): kwnames of a call passing context= */
 
 static int intern_names(void) {
   if (!s_context)
     s_context = PyUnicode_InternFromString("context");
-  return s_context ? 0 : -1;
+  if (s_context && !s_context_kw)
+    s_context_kw = PyTuple_Pack(1, s_context);
+  return s_context && s_context_kw ? 0 : -1;
 }
 
 static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   PyObject *wheel, *loop, *py_later, *py_at, *time_fn = Py_None, *arm_fn = Py_None;
+  PyObject *soon_fn = Py_None;
   modstate *st = state_of_type(type);
-  if (!st || !PyArg_ParseTuple(args, "OOOO|OO:_LoopTimers", &wheel, &loop, &py_later, &py_at,
-                               &time_fn, &arm_fn))
+  if (!st || !PyArg_ParseTuple(args, "OOOO|OOO:_LoopTimers", &wheel, &loop, &py_later, &py_at,
+                               &time_fn, &arm_fn, &soon_fn))
     return NULL;
   if (kw && PyDict_GET_SIZE(kw)) {
     PyErr_SetString(PyExc_TypeError, "_LoopTimers() takes no keyword arguments");
@@ -88,18 +100,38 @@ static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     return NULL;
   }
   if ((time_fn != Py_None && !PyCallable_Check(time_fn)) ||
-      (arm_fn != Py_None && !PyCallable_Check(arm_fn))) {
-    PyErr_SetString(PyExc_TypeError, "_LoopTimers(): time and arm must be callables or None");
+      (arm_fn != Py_None && !PyCallable_Check(arm_fn)) ||
+      (soon_fn != Py_None && !PyCallable_Check(soon_fn))) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_LoopTimers(): time, arm and call_soon must be callables or None");
+    return NULL;
+  }
+  if (soon_fn != Py_None && time_fn == Py_None) {
+    PyErr_SetString(PyExc_TypeError, "_LoopTimers(): call_soon needs the loop's time");
     return NULL;
   }
   if (intern_names() < 0)
     return NULL;
+  PyObject *run_soon = NULL, *soon_ctx = NULL;
+  if (soon_fn != Py_None) {
+    if (!(run_soon = PyObject_GetAttrString(wheel, "_run_soon")))
+      return NULL;
+    if (!(soon_ctx = PyContext_New())) {
+      Py_DECREF(run_soon);
+      return NULL;
+    }
+  }
   PyObject *ref = PyWeakref_NewRef(loop, NULL);
-  if (!ref)
+  if (!ref) {
+    Py_XDECREF(run_soon);
+    Py_XDECREF(soon_ctx);
     return NULL;
+  }
   LoopTimersObject *self = (LoopTimersObject *)type->tp_alloc(type, 0);
   if (!self) {
     Py_DECREF(ref);
+    Py_XDECREF(run_soon);
+    Py_XDECREF(soon_ctx);
     return NULL;
   }
   self->wheel = (WheelObject *)Py_NewRef(wheel);
@@ -108,6 +140,9 @@ static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   self->py_call_at = Py_NewRef(py_at);
   self->time_fn = time_fn == Py_None ? NULL : Py_NewRef(time_fn);
   self->arm_fn = arm_fn == Py_None ? NULL : Py_NewRef(arm_fn);
+  self->soon_fn = soon_fn == Py_None ? NULL : Py_NewRef(soon_fn);
+  self->run_soon = run_soon;
+  self->soon_ctx = soon_ctx;
   self->arm_below = INFINITY;
   return (PyObject *)self;
 }
@@ -120,6 +155,9 @@ static int timers_traverse(LoopTimersObject *self, visitproc visit, void *arg) {
   Py_VISIT(self->py_call_at);
   Py_VISIT(self->time_fn);
   Py_VISIT(self->arm_fn);
+  Py_VISIT(self->soon_fn);
+  Py_VISIT(self->run_soon);
+  Py_VISIT(self->soon_ctx);
   return 0;
 }
 
@@ -130,6 +168,9 @@ static int timers_clear(LoopTimersObject *self) {
   Py_CLEAR(self->py_call_at);
   Py_CLEAR(self->time_fn);
   Py_CLEAR(self->arm_fn);
+  Py_CLEAR(self->soon_fn);
+  Py_CLEAR(self->run_soon);
+  Py_CLEAR(self->soon_ctx);
   return 0;
 }
 
@@ -245,6 +286,37 @@ static bool when_of(PyObject *o, int64_t *out, double *asked) {
 /* Schedules, then, for a loop with a libuv timer to arm, arms it if the
  * deadline comes before the armed one (the Python method's order: a timer
  * scheduled stays scheduled if arm() raises). */
+/* A timer due already (when <= the loop's time(), as read): a soon timer
+ * (pw__schedule_soon), and the call to run it queued on the loop's ready
+ * queue, soon_fn(loop, run_soon, handle, context=soon_ctx) -- uvloop's own
+ * call_soon, so it runs where uvloop runs a call_later(0) or a past
+ * call_at.  The context is one made for this, reused: without it uvloop
+ * copies the current one for each call (a fifth of the cost), and _run_soon
+ * runs the timer in the timer's own context anyway.  Reusing it is safe
+ * because ready callbacks never nest (a running loop cannot be run again
+ * from its callbacks).  If the call fails the timer is cancelled: it would
+ * never run. */
+static PyObject *schedule_soon(LoopTimersObject *self, PyObject *loop, int64_t when,
+                               PyObject *const *args, Py_ssize_t nargs, PyObject *context) {
+  PyObject *r = pw__schedule_soon(self->wheel, when, args, nargs, context);
+  if (!r)
+    return NULL;
+  PyObject *argv[4] = {loop, self->run_soon, r, self->soon_ctx};
+  PyObject *queued = PyObject_Vectorcall(self->soon_fn, argv, 3, s_context_kw);
+  if (queued) {
+    Py_DECREF(queued);
+    return r;
+  }
+  PyObject *exc = pw__fetch_exc();
+  PyObject *done = PyObject_CallMethod(r, "cancel", NULL);
+  Py_XDECREF(done);
+  if (!done)
+    PyErr_Clear();
+  pw__restore_exc(exc);
+  Py_DECREF(r);
+  return NULL;
+}
+
 static PyObject *schedule(LoopTimersObject *self, PyObject *loop, int64_t when, double asked,
                           PyObject *const *args, Py_ssize_t nargs, PyObject *context) {
   WheelObject *w = self->wheel;
@@ -265,6 +337,26 @@ static PyObject *schedule(LoopTimersObject *self, PyObject *loop, int64_t when, 
   return r;
 }
 
+/* Whether a deadline is due at the loop's time `now` (a soon timer): the
+ * Python method's `when <= now`, with a deadline beyond the clock's range
+ * due only when it is far in the past. */
+static inline bool due_at(int64_t when, double asked, double now) {
+  return when == PAST_NS || (when != NEVER_NS && asked <= now);
+}
+
+/* The loop's time(loop) as a float into *now: 1; 0 if it is not a float
+ * (the Python path takes the call); -1 with its error. */
+static int read_time(LoopTimersObject *self, PyObject *loop, double *now) {
+  PyObject *t = PyObject_Vectorcall(self->time_fn, &loop, 1, NULL);
+  if (!t)
+    return -1;
+  int ok = PyFloat_CheckExact(t);
+  if (ok)
+    *now = PyFloat_AS_DOUBLE(t);
+  Py_DECREF(t);
+  return ok;
+}
+
 static PyObject *timers_call_at(LoopTimersObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames) {
   PyObject *loop = loop_of(self);
@@ -275,7 +367,24 @@ static PyObject *timers_call_at(LoopTimersObject *self, PyObject *const *args, P
   PyObject *context, *r;
   int64_t when;
   double asked = 0.0;
-  if (self->at_ok && plain_args(args, nargs, kwnames, &context) && when_of(args[0], &when, &asked))
+  bool fast =
+      self->at_ok && plain_args(args, nargs, kwnames, &context) && when_of(args[0], &when, &asked);
+  int due = 0;
+  double now = 0.0;
+  if (fast && self->soon_fn) {
+    /* The clock, read as the Python method reads it (uvloop's call_at reads
+     * it too): a deadline it has reached is a soon timer. */
+    due = read_time(self, loop, &now);
+    if (due < 0) {
+      Py_DECREF(loop);
+      return NULL;
+    }
+    fast = due == 1;
+    due = fast && due_at(when, asked, now);
+  }
+  if (due)
+    r = schedule_soon(self, loop, when, args, nargs, context);
+  else if (fast)
     r = schedule(self, loop, when, asked, args, nargs, context);
   else
     r = hand_over(self->py_call_at, loop, args, nargs, kwnames);
@@ -337,9 +446,12 @@ static PyObject *timers_call_later(LoopTimersObject *self, PyObject *const *args
     Py_DECREF(t);
   } else if (fast)
     now = loop_time();
-  if (fast && when_of_double(now + delay, &when))
-    r = schedule(self, loop, when, now + delay, args, nargs, context);
-  else
+  if (fast && when_of_double(now + delay, &when)) {
+    if (self->soon_fn && due_at(when, now + delay, now))
+      r = schedule_soon(self, loop, when, args, nargs, context);
+    else
+      r = schedule(self, loop, when, now + delay, args, nargs, context);
+  } else
     r = hand_over(self->py_call_later, loop, args, nargs, kwnames);
   Py_DECREF(loop);
   return r;
@@ -390,12 +502,14 @@ static PyType_Slot timers_slots[] = {
     {Py_tp_clear, timers_clear},
     {Py_tp_methods, timers_methods},
     {Py_tp_getset, timers_getset},
-    {Py_tp_doc, "_LoopTimers(wheel, loop, call_later, call_at, time=None, arm=None, /)\n--\n\n"
+    {Py_tp_doc, "_LoopTimers(wheel, loop, call_later, call_at, time=None, arm=None, "
+                "call_soon=None, /)\n--\n\n"
                 "WheelEventLoop's (and pywheel.uvloop.Loop's) call_later/call_at in C (not in "
                 "debug mode); what it does not take on itself goes to the two Python methods "
                 "given.  time: the loop's clock, called as time(loop) (None: "
                 "time.monotonic()); arm: called as arm(loop, when) after scheduling a deadline "
-                "before arm_below."},
+                "before arm_below; call_soon (with time): a deadline <= time(loop) becomes a "
+                "soon timer, queued as call_soon(loop, wheel._run_soon, handle)."},
     {0, NULL},
 };
 

@@ -383,6 +383,47 @@ static PyObject *manual_run_due(WheelObject *self, PyObject *const *args, Py_ssi
   return r < 0 ? NULL : PyLong_FromSsize_t(r);
 }
 
+/* Runs one soon timer (see pw__schedule_soon), as a batch of its own, if it
+ * is still one of this wheel's: pywheel.uvloop queues this call on uvloop's
+ * ready queue for each such timer, so the timer runs where uvloop would run
+ * it.  Returns how many ran (0: cancelled, moved by reschedule, closed). */
+static PyObject *manual_run_soon(WheelObject *self, PyObject *arg) {
+  core *c = manual_core(self);
+  if (!c)
+    return NULL;
+  if (!PyObject_TypeCheck(arg, c->htype)) {
+    PyErr_Format(PyExc_TypeError, "_run_soon() takes a TimerHandle, not %.100s",
+                 Py_TYPE(arg)->tp_name);
+    return NULL;
+  }
+  HandleObject *h = (HandleObject *)arg;
+  if (h->state != H_PENDING || h->core != c || c->closed)
+    return PyLong_FromLong(0);
+  if (check_not_advancing(c) < 0)
+    return NULL;
+  put_back_leftovers(c);
+  pw_driver *d = &c->drv;
+  pw_driver_lock(d);
+  if (!handle_is_soon_locked(h)) {
+    pw_driver_unlock(d);
+    return PyLong_FromLong(0);
+  }
+  if (d->batch_pos == d->batch_n)
+    d->batch_n = d->batch_pos = 0; /* the last batch is spent: reuse the array */
+  pw_wheel_cancel(&d->wheel, &h->node);
+  if (!pw_driver_batch_append_locked(d, &h->node)) {
+    pw_driver_add_locked(d, &h->node, PW_TICK_MAX); /* back where it was */
+    pw_driver_unlock(d);
+    return PyErr_NoMemory();
+  }
+  d->batches++;
+  if (d->max_batch < 1)
+    d->max_batch = 1;
+  pw_driver_unlock(d); /* the wheel's reference is the batch's now */
+  Py_ssize_t r = run_batch_here(self);
+  return r < 0 ? NULL : PyLong_FromSsize_t(r);
+}
+
 static PyMethodDef manual_methods[] = {
     {"advance", (PyCFunction)(void (*)(void))manual_advance, METH_FASTCALL | METH_KEYWORDS,
      "advance($self, /, seconds)\n--\n\nReturns int. "
@@ -405,6 +446,13 @@ static PyMethodDef manual_methods[] = {
      "_collect_for_loop($self, end, now, /)\n--\n\nReturns int. "
      "For event loops: collect_due(max(end, time())), and every timer whose deadline was made "
      "from a float at most `now` (a time() read between two nanoseconds)."},
+    {"_call_soon_at", (PyCFunction)(void (*)(void))pw__manual_call_soon_at,
+     METH_FASTCALL | METH_KEYWORDS,
+     "_call_soon_at($self, when, callback, /, *args, context=None)\n--\n\n"
+     "call_at for a timer due already that runs only from _run_soon (pywheel.uvloop)."},
+    {"_run_soon", (PyCFunction)manual_run_soon, METH_O,
+     "_run_soon($self, handle, /)\n--\n\nReturns int. "
+     "Run one timer of _call_soon_at's now, if it is still pending there."},
     {"_stock_handles", (PyCFunction)manual_stock_handles, METH_NOARGS,
      "For event loops: handles scheduled from now on behave as asyncio.TimerHandle "
      "(cancel() returns None, cancelled() after a late cancel(), == and hash)."},

@@ -175,6 +175,13 @@ static inline HandleObject *handle_of(pw_timer *t) {
   return (HandleObject *)((char *)t - offsetof(HandleObject, node));
 }
 
+/* Whether h is a pending "soon" timer, waiting for ManualWheel._run_soon
+ * (see pw__schedule_soon): linked on PW_TICK_MAX with a finite deadline.
+ * Caller holds the core's mutex. */
+static inline bool handle_is_soon_locked(HandleObject *h) {
+  return pw_timer_linked(&h->node) && h->node.deadline == PW_TICK_MAX && h->when_ns != NEVER_NS;
+}
+
 /* Whether a batch entry is still the batch's to run: pending, and not
  * linked again by a reschedule since it was collected (then it is the
  * wheel's, and the batch only holds a reference to drop). */
@@ -213,6 +220,10 @@ PyObject *pw__mod_batch_live(PyObject *m, PyObject *arg);
 PyObject *pw__mod_fail_alloc_after(PyObject *Py_UNUSED(m), PyObject *arg);
 PyObject *pw__schedule(WheelObject *self, int64_t when_ns, bool overdue, int64_t interval_ns,
                        PyObject *const *args, Py_ssize_t nargs, PyObject *context_o);
+PyObject *pw__schedule_soon(WheelObject *self, int64_t when_ns, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *context_o);
+PyObject *pw__manual_call_soon_at(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames);
 extern PyType_Spec pw__wheel_spec;
 
 /* manual.c */

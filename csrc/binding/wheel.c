@@ -264,8 +264,9 @@ PyObject *pw__mod_fail_alloc_after(PyObject *Py_UNUSED(m), PyObject *arg) {
 /* `overdue`: the deadline was past when the caller read the clock (call_later
  * and call_every know it from the sign of the delay, which spares a second
  * clock read on the hot path). */
-PyObject *pw__schedule(WheelObject *self, int64_t when_ns, bool overdue, int64_t interval_ns,
-                       PyObject *const *args, Py_ssize_t nargs, PyObject *context_o) {
+static PyObject *schedule_impl(WheelObject *self, int64_t when_ns, bool overdue,
+                               int64_t interval_ns, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *context_o, bool soon) {
   core *c = self->core;
   if (c->closed) /* checked last: converting the delay could have closed it */
     return pw__closed_error(c);
@@ -305,10 +306,35 @@ PyObject *pw__schedule(WheelObject *self, int64_t when_ns, bool overdue, int64_t
   }
   Py_INCREF(h); /* the wheel's */
   pw_driver_lock(&c->drv);
-  link_locked(c, h);
+  if (soon) {
+    set_sub(c, h, PW_TICK_MAX);
+    pw_driver_add_locked(&c->drv, &h->node, PW_TICK_MAX);
+  } else
+    link_locked(c, h);
   pw_driver_unlock(&c->drv);
   c->scheduled++;
   return (PyObject *)h;
+}
+
+PyObject *pw__schedule(WheelObject *self, int64_t when_ns, bool overdue, int64_t interval_ns,
+                       PyObject *const *args, Py_ssize_t nargs, PyObject *context_o) {
+  return schedule_impl(self, when_ns, overdue, interval_ns, args, nargs, context_o, false);
+}
+
+/*
+ * A "soon" timer (pywheel.uvloop's timer due when scheduled): a pending
+ * handle of this wheel, with its exact deadline, that no collection ever
+ * takes -- it is linked on PW_TICK_MAX, where only a deadline of NEVER_NS
+ * is otherwise -- and that runs only when the loop's ready queue reaches
+ * the entry queued for it (ManualWheel._run_soon), so that it runs in
+ * order with the callbacks scheduled around it, as uvloop runs such a
+ * timer (a call_soon).  Linked, it stays the wheel's in every other way:
+ * cancel, close, len(), the collector's walk, reschedule (which files it
+ * at its tick like any other, and makes it an ordinary timer).
+ */
+PyObject *pw__schedule_soon(WheelObject *self, int64_t when_ns, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *context_o) {
+  return schedule_impl(self, when_ns, true, 0, args, nargs, context_o, true);
 }
 
 static PyObject *wheel_call_later(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -332,6 +358,18 @@ static PyObject *wheel_call_at(WheelObject *self, PyObject *const *args, Py_ssiz
       pw__time_to_ns(args[0], "when", &when) < 0)
     return NULL;
   return pw__schedule(self, when, when < core_now_ns(self->core), 0, args, nargs, context);
+}
+
+/* ManualWheel._call_soon_at(when, callback, *args, context=None): call_at's
+ * arguments and errors, scheduled as a soon timer (see pw__schedule_soon). */
+PyObject *pw__manual_call_soon_at(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+  PyObject *context;
+  int64_t when;
+  if (parse_schedule("_call_soon_at", args, nargs, kwnames, NULL, &context) < 0 ||
+      pw__time_to_ns(args[0], "when", &when) < 0)
+    return NULL;
+  return pw__schedule_soon(self, when, args, nargs, context);
 }
 
 static PyObject *wheel_call_every(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,

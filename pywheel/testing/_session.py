@@ -112,6 +112,8 @@ class Context:
 
     def kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"clocks": self.clocks}
+        if quantum is not None:
+            kw["quantum"] = quantum
         if self.limit is not None:
             kw["limit"] = self.limit
         if self.schedule is not None:
@@ -129,13 +131,20 @@ class Context:
 current: Context | None = None
 #: Session defaults, for loops made outside a test (session fixtures).
 session_clocks = True
+#: --virtual-time-quantum (None: the loop's default), for every loop.
+quantum: float | None = None
 
 
 def make_loop(**overrides: Any):
     from ._loop import VirtualEventLoop
 
     ctx = current
-    kwargs = ctx.kwargs() if ctx is not None else {"clocks": session_clocks}
+    if ctx is not None:
+        kwargs = ctx.kwargs()
+    else:
+        kwargs = {"clocks": session_clocks}
+        if quantum is not None:
+            kwargs["quantum"] = quantum
     kwargs.update(overrides)
     loop = VirtualEventLoop(**kwargs)
     if ctx is not None:

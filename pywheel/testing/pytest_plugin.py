@@ -4,7 +4,7 @@ point, so installing pywheel is enough):
 - ``virtual_loop`` fixture: a ``VirtualEventLoop`` (closed afterwards);
 - ``@pytest.mark.virtual_time(**kwargs)``: runs an ``async def`` test on
   virtual time (``kwargs`` go to ``VirtualEventLoop``: ``start``, ``tick``,
-  ``limit``, ``autojump_threshold``, ``timing``, ``clocks``); if the test also
+  ``limit``, ``autojump_threshold``, ``timing``, ``clocks``, ``quantum``); if the test also
   takes ``virtual_loop``, it runs on that loop;
 - ``clocks=``'s default for both: ``--virtual-time-clocks=on|off`` or the
   ``virtual_time_clocks`` ini option (default on);
@@ -13,6 +13,8 @@ point, so installing pywheel is enough):
 - ``--virtual-time-limit=SECONDS``: each loop made during a test (and the
   marker's and fixture's, unless the marker says) may not pass that much
   virtual time;
+- ``--virtual-time-quantum=SECONDS``: the ``quantum`` of every loop the
+  plugin makes (unless the marker says; 0: exact readings);
 - ``--timing-fuzz=N`` with ``--timing-max-late``/``--timing-max-cost``/
   ``--timing-max-jitter`` (with none given, ``timings()``'s defaults; given
   any, the others are 0) and ``--timing-seed``: each async test runs once
@@ -68,6 +70,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="SECONDS",
         help="virtual seconds each loop made during a test may run (TimeLimitError past it)",
+    )
+    group.addoption(
+        "--virtual-time-quantum",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="virtual seconds each loop iteration that does not jump takes, in every "
+        "VirtualEventLoop made by the plugin (default 1e-05; 0: exact readings, and a "
+        "program that polls the clock while it works spins)",
     )
     group.addoption(
         "--timing-fuzz",
@@ -170,12 +181,13 @@ def pytest_configure(config: pytest.Config) -> None:
     st = _settings(config)
     config.stash[_SETTINGS] = st
     _session.session_clocks = _default_clocks(config)
+    _session.quantum = _quantum(config)
     if st.on:
         _session.install()
     config.addinivalue_line(
         "markers",
         "virtual_time(start=0.0, tick=0.001, limit=None, autojump_threshold=0.05, "
-        "timing=None, clocks=True): run this async def test on pywheel.testing's "
+        "timing=None, clocks=True, quantum=1e-05): run this async def test on pywheel.testing's "
         "virtual time",
     )
 
@@ -275,6 +287,8 @@ def _describe(item, reports, ctx, schedule, k, n, st) -> None:
     args = ["--virtual-time"]
     if st.limit is not None:
         args.append(f"--virtual-time-limit={st.limit!r}")
+    if _session.quantum is not None:
+        args.append(f"--virtual-time-quantum={_session.quantum!r}")
     lines.append(
         f"replay: pytest '{item.nodeid}' {' '.join(args)} --timing-replay={schedule.token}"
     )
@@ -289,6 +303,15 @@ def _default_clocks(config: pytest.Config) -> bool:
     if option is not None:
         return option == "on"
     return bool(config.getini("virtual_time_clocks"))
+
+
+def _quantum(config: pytest.Config) -> float | None:
+    q = config.getoption("virtual_time_quantum", None)
+    if q is not None and not (q == 0 or 1e-9 <= q < float("inf")):
+        raise pytest.UsageError(
+            f"--virtual-time-quantum must be 0 or a number of seconds >= 1e-9, got {q!r}"
+        )
+    return q
 
 
 def _loop_kwargs(item) -> dict:

@@ -153,6 +153,36 @@ def test_a_duration_measured_across_in_process_io_is_positive():
     assert loop_d == pytest.approx(mono_d, abs=1e-9)  # the clocks agree
 
 
+async def duration_without_yielding():
+    """A duration timed around an await that never yields to the loop (an
+    AsyncMock, a cached result): no loop iteration passes."""
+    import time
+
+    async def cached():
+        return 1
+
+    readings = []
+    for clock in (time.monotonic, time.perf_counter, time.time):
+        t0 = clock()
+        await cached()
+        readings.append(clock() - t0)
+    for clock in (time.monotonic_ns, time.perf_counter_ns, time.time_ns):
+        t0 = clock()
+        await cached()
+        readings.append(clock() - t0)
+    return readings
+
+
+def test_the_program_clocks_never_read_the_same_twice():
+    # the stock loop's real clocks move between two reads (redis-py's
+    # connection-pool timings assert it); on virtual time each read within
+    # one iteration is at least a nanosecond past the last
+    assert all(d >= 0 for d in on_stock(duration_without_yielding))
+    got = on_virtual(duration_without_yielding)
+    assert all(d > 0 for d in got), got
+    assert all(d < 1e-6 for d in got[:3]) and all(d < 1000 for d in got[3:]), got
+
+
 def test_a_jump_lands_exactly_on_the_deadline():
     async def main():
         loop = asyncio.get_running_loop()

@@ -261,3 +261,46 @@ def test_the_quantum_moves_the_clock_by_at_least_one_float_step():
 
     # 2**53 ns: past it a nanosecond is below one float step of the clock
     assert on_virtual(main, start=2.0**53 / 1e9 * 4, limit=None) >= 1
+
+
+QUANTUM_SUITE = """
+import asyncio
+import pytest
+
+
+def test_asyncio_run_loop():
+    async def main():
+        await asyncio.sleep(1)
+        return asyncio.get_running_loop()
+
+    loop = asyncio.run(main())
+    assert type(loop).__name__ == "VirtualEventLoop"
+    assert loop.quantum == EXPECTED
+
+
+def test_fixture(virtual_loop):
+    assert virtual_loop.quantum == EXPECTED
+
+
+@pytest.mark.virtual_time(quantum=2e-6)
+async def test_marker_wins():
+    assert asyncio.get_running_loop().quantum == 2e-6
+"""
+
+
+@pytest.mark.parametrize("option", [None, "0", "1e-06"])
+def test_pytest_option_sets_the_quantum_of_every_loop(tmp_path, option):
+    from helpers import run_pytest
+
+    expected = DEFAULT_QUANTUM if option is None else float(option)
+    suite = QUANTUM_SUITE.replace("EXPECTED", repr(expected))
+    args = ["--virtual-time"] + ([f"--virtual-time-quantum={option}"] if option else [])
+    r = run_pytest(tmp_path, {"test_q.py": suite}, *args, timeout=300)
+    assert "3 passed" in r.stdout, r.stdout + r.stderr
+
+
+def test_pytest_option_refuses_a_bad_quantum(tmp_path):
+    from helpers import run_pytest
+
+    r = run_pytest(tmp_path, {"test_q.py": "def test_x(): pass\n"}, "--virtual-time-quantum=-1")
+    assert r.returncode == 4 and "--virtual-time-quantum must be 0 or" in r.stderr, r.stderr

@@ -178,8 +178,16 @@ MORE_SUITES: dict[str, dict] = {
     "aiosmtpd": {
         "sdist": "aiosmtpd==1.4.6",
         "deps": [*PYTEST, "pytest-mock", "setuptools<81", "packaging"],
-        # its ini's filterwarnings turn warnings into errors: kept
-        "args": [*_LOOP_SCOPE, "aiosmtpd/tests", "aiosmtpd/qa"],
+        # its ini's filterwarnings turn warnings into errors: kept, and the
+        # pkg_resources warning it ignores as a DeprecationWarning ignored as
+        # the UserWarning setuptools 80 makes it
+        "args": [
+            *_LOOP_SCOPE,
+            "-W",
+            "ignore:pkg_resources is deprecated as an API:UserWarning",
+            "aiosmtpd/tests",
+            "aiosmtpd/qa",
+        ],
         "pytest_asyncio": True,
     },
     "aiosmtplib": {

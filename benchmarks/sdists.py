@@ -24,13 +24,18 @@ A download or install that fails raises ``Unavailable`` with pip's last lines
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
+import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
+import time
+import urllib.request
 import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,6 +103,99 @@ def sdist_dir(cache: str, spec: str) -> str:
         with tarfile.open(archive) as tf:
             tf.extractall(src, filter="data")
     return target
+
+
+def tagged_tests(cache: str, src: str, repo: str, tag: str, folder: str) -> None:
+    """``folder`` (its tests) from the GitHub repository at the release's tag,
+    into the extracted sdist ``src``, for a project whose sdist leaves them
+    out: from ``$PYWHEEL_SUITE_MIRRORS/<owner>+<name>/repo`` (a git mirror
+    holding the tag) if set, else GitHub's archive of the tag, downloaded once
+    into ``<cache>/sdists``."""
+    if os.path.isdir(os.path.join(src, folder)):
+        return
+    owner, name = repo.split("/")
+    mirrors = os.environ.get("PYWHEEL_SUITE_MIRRORS")
+    tmp = src + ".tests-partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    if mirrors:
+        git_dir = os.path.join(mirrors, f"{owner}+{name}", "repo")
+        r = subprocess.run(["git", "--git-dir", git_dir, "archive", "--format=tar", tag, folder],
+                           capture_output=True)  # fmt: skip
+        if r.returncode:
+            raise Unavailable(f"git archive {tag} {folder} in {git_dir}: {r.stderr.decode()}")
+        with tarfile.open(fileobj=io.BytesIO(r.stdout)) as tf:
+            tf.extractall(tmp, filter="data")
+        got = os.path.join(tmp, folder)
+    else:
+        archive = os.path.join(cache, "sdists", f"{name}-{tag}-github.tar.gz")
+        if not os.path.exists(archive):
+            url = f"https://codeload.github.com/{repo}/tar.gz/refs/tags/{tag}"
+            try:
+                with urllib.request.urlopen(url, timeout=120) as resp:
+                    data = resp.read()
+            except OSError as exc:
+                raise Unavailable(
+                    f"{repo}'s tests at {tag} ({url}): {exc}; or set PYWHEEL_SUITE_MIRRORS "
+                    f"to a folder holding {owner}+{name}/repo, a git mirror"
+                ) from None
+            with open(archive + ".part", "wb") as f:
+                f.write(data)
+            os.replace(archive + ".part", archive)
+        with tarfile.open(archive) as tf:
+            prefix = tf.getnames()[0].split("/")[0]
+            members = [m for m in tf.getmembers() if m.name.startswith(f"{prefix}/{folder}/")]
+            tf.extractall(tmp, members=members, filter="data")
+        got = os.path.join(tmp, prefix, folder)
+    os.replace(got, os.path.join(src, folder))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def redis_server():
+    """A redis-server (Debian's package, installed with apt-get if missing
+    and root) on a free port of 127.0.0.1, no persistence, for one run;
+    yields its URL and stops it after."""
+    exe = shutil.which("redis-server")
+    if exe is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "-q", "redis-server"],
+                       capture_output=True)  # fmt: skip
+        exe = shutil.which("redis-server")
+    if exe is None:
+        raise Unavailable("no redis-server (apt-get install redis-server)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--daemonize", "no", "--enable-debug-command", "yes"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise Unavailable(f"redis-server on port {port} did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def build_extension(py: str) -> None:

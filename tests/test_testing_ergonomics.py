@@ -38,7 +38,7 @@ async def _fails_at(t: float):
 
 def test_a_failure_carries_the_virtual_time():
     with pytest.raises(AssertionError) as info:
-        vt.run(_fails_at(12.5), start=2.0)
+        vt.run(_fails_at(12.5), start=2.0, quantum=0)  # exact readings: t=14.5
     notes = info.value.__notes__
     assert notes == ["pywheel.testing: the run ended at virtual time t=14.5 (it started at t=2.0)"]
     assert "t=14.5" in "".join(traceback.format_exception(info.value))

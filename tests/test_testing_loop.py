@@ -132,14 +132,22 @@ def test_jumps_to_each_deadline_without_real_waiting():
         await asyncio.sleep(86400 * 365)
         trace.append(loop.time())
 
-    vt.run(main(), start=5.0)
+    vt.run(main(), start=5.0, quantum=0)  # exact readings: each jump lands on the deadline
     assert trace == [3605.0, 5.0 + 3600 + 86400 * 365]
+    trace.clear()
+    vt.run(main(), start=5.0)
+    # the default quantum (10 µs per iteration that does not jump): the
+    # first step runs at 5.00001, each sleep's timer is due its delay later
+    # and the step it wakes runs one iteration after the jump
+    assert trace == [3605.00002, 31539605.00003]
     assert time.monotonic() - t0 < 5  # generous: no real sleeping
 
 
 def test_same_order_and_timestamps_as_stock_asyncio():
+    # StockVirtualLoop (asyncio's own _run_once, a clock that only jumps) has
+    # exact readings: so does quantum=0, which this checks
     ours, stock = [], []
-    end = vt.run(mixed_program(ours))
+    end = vt.run(mixed_program(ours), quantum=0)
     assert run_stock(mixed_program(stock)) == end
     assert ours == stock
 
@@ -154,7 +162,32 @@ def test_deterministic_across_runs():
     assert len(traces[0]) > 15
 
 
-def test_time_never_moves_while_callbacks_are_ready_and_never_backwards():
+def test_time_moves_one_quantum_per_iteration_and_never_backwards():
+    seen = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        def spin(n):
+            seen.append(loop.time())
+            if n:
+                loop.call_soon(spin, n - 1)
+
+        loop.call_later(1.0, spin, 50)
+        loop.call_later(1.0002, spin, 0)  # due while the chain runs: waits for it
+        await asyncio.sleep(2)
+
+    vt.run(main())
+    # the timers are set in main's first step, one iteration (10 µs) in; the
+    # chain's first call is the jump's, exactly at 1.00001, then one quantum
+    # per iteration; the second timer falls due during the chain and runs
+    # after the callback that was ready before it
+    chain = [round(1.00001 + k * 1e-5, 9) for k in range(51)]
+    assert seen[:21] == chain[:21]
+    assert seen[21] == chain[20] and seen[22:] == chain[21:]
+
+
+def test_with_quantum_zero_time_never_moves_while_callbacks_are_ready():
     seen = []
 
     async def main():
@@ -169,7 +202,7 @@ def test_time_never_moves_while_callbacks_are_ready_and_never_backwards():
         loop.call_later(1.0005, spin, 0)  # due while the chain runs: waits for it
         await asyncio.sleep(2)
 
-    vt.run(main())
+    vt.run(main(), quantum=0)
     assert seen[:51] == [1.0] * 51
     assert seen[51:] == [1.0005]
 
@@ -181,7 +214,7 @@ def test_start_and_tick():
         await asyncio.sleep(0.0001)  # below the tick: still exact
         return loop.time()
 
-    assert vt.run(main(), start=100.0, tick=0.01) == 100.0001
+    assert vt.run(main(), start=100.0, tick=0.01, quantum=0) == 100.0001
 
 
 def test_deadlock_names_the_virtual_time_and_the_waiting_task():
@@ -210,9 +243,13 @@ def test_limit_counts_from_start():
         await asyncio.sleep(5)
         return asyncio.get_running_loop().time()
 
-    assert vt.run(main(), start=10, limit=5) == 15.0
+    assert vt.run(main(), start=10, limit=5, quantum=0) == 15.0
     with pytest.raises(vt.TimeLimitError):
-        vt.run(asyncio.sleep(5.001), start=10, limit=5)
+        vt.run(asyncio.sleep(5.001), start=10, limit=5, quantum=0)
+    # the iterations count too: main's first step took one quantum, so its
+    # sleep(5) ends past start + 5
+    with pytest.raises(vt.TimeLimitError, match=r"due at t=15\.00001, past the limit t=15\.0"):
+        vt.run(main(), start=10, limit=5)
 
 
 # Uses asyncio's policy system on purpose: deprecated from Python 3.14.
@@ -226,9 +263,9 @@ def test_loop_factory_policy_and_new_event_loop():
 
     factory = functools.partial(vt.new_event_loop, start=1.0)
     with asyncio.Runner(loop_factory=factory) as runner:
-        assert runner.run(main()) == 11.0
+        assert runner.run(main()) == 11.00002  # start + 10 + two quanta (see above)
     old = asyncio.get_event_loop_policy()
-    asyncio.set_event_loop_policy(vt.EventLoopPolicy(start=2.0))
+    asyncio.set_event_loop_policy(vt.EventLoopPolicy(start=2.0, quantum=0))
     try:
         assert asyncio.run(main()) == 12.0
     finally:
@@ -276,7 +313,10 @@ def test_sockets_work_and_virtual_timeouts_still_fire():
         b.close()
         return loop.time()
 
-    assert vt.run(main(), autojump_threshold=0.01) == 30.0
+    # the timeout fires 30 s after wait_for began, a few iterations (10 µs
+    # each) into the run, and reaches main a few iterations later
+    assert 30.0 < vt.run(main(), autojump_threshold=0.01) < 30.0 + 20e-5
+    assert vt.run(main(), autojump_threshold=0.01, quantum=0) == 30.0
 
 
 def test_streams_server_and_client_in_one_loop():
@@ -298,8 +338,11 @@ def test_streams_server_and_client_in_one_loop():
         await server.wait_closed()
         return reply, asyncio.get_running_loop().time()
 
-    reply, t = vt.run(main(), autojump_threshold=0.01)
+    reply, t = vt.run(main(), autojump_threshold=0.01, quantum=0)
     assert reply == b"HELLO\n" and t == 5.0
+    # by default the connection's iterations (10 µs each) come on top
+    reply, t = vt.run(main(), autojump_threshold=0.01)
+    assert reply == b"HELLO\n" and 5.0 < t < 5.0 + 100e-5
 
 
 def test_executor_threads_and_subprocess_are_waited_for():
@@ -308,7 +351,7 @@ def test_executor_threads_and_subprocess_are_waited_for():
         # Outstanding real work holds the clock while the timer is far away.
         slow = loop.run_in_executor(None, time.sleep, 0.2)
         assert await asyncio.wait_for(slow, 10) is None
-        assert loop.time() == 0.0
+        assert loop.time() < 0.01  # a few iterations: no jump toward the 10 s timeout
         assert await asyncio.to_thread(sum, [1, 2, 3]) == 6
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -321,7 +364,7 @@ def test_executor_threads_and_subprocess_are_waited_for():
         await asyncio.sleep(1)
         return loop.time()
 
-    assert vt.run(main(), autojump_threshold=math.inf) == 1.0
+    assert 1.0 < vt.run(main(), autojump_threshold=math.inf) < 1.01
 
 
 def test_call_soon_threadsafe_from_a_thread():

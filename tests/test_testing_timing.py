@@ -92,7 +92,7 @@ def test_repr_names_only_the_non_zero_decisions():
         await asyncio.sleep(9.998)
 
     timing = vt.Timing(max_late=0.005, draw=lambda n: 2)
-    vt.run(renew(), timing=timing)
+    vt.run(renew(), timing=timing, quantum=0)  # exact readings: the deadline is 9.998
     line = renew.__code__.co_firstlineno + 1
     assert repr(timing) == (
         "Timing(max_late=0.005: woke 0.002 late for the deadline t=9.998 "

@@ -113,5 +113,7 @@ def test_minimize_realigns_the_decisions_after_one_it_removes():
     # tenth beat (the timers wake the loop twice): it passes, unless the
     # later decision moves one wake-up on.
     ((kind, when, secs, _site),) = m.decisions
-    assert kind == "wake" and abs(secs - 0.003) < 1e-9 and abs(when - 0.13) < 1e-6, m
+    assert kind == "wake" and abs(secs - 0.003) < 1e-9 and abs(when - 0.13) < 0.001, (
+        m
+    )  # + 10 µs iterations
     assert beat_fails(m)

@@ -44,7 +44,9 @@ def _draw_until(k: int):
 
 def test_recording_cut_short_by_its_draw_replays_its_decisions():
     t = Timing(max_late=0.5, draw=_draw_until(3))
-    loop = vt.VirtualEventLoop(timing=t)
+    # quantum=0 here and below: exact readings, so the late wake-ups read
+    # off the deadlines as they are
+    loop = vt.VirtualEventLoop(timing=t, quantum=0)
     seen: list[float] = []
 
     async def main():
@@ -64,7 +66,7 @@ def test_recording_cut_short_by_its_draw_replays_its_decisions():
     # listed three late wake-ups.  It replays them, then punctual as the
     # recording played after its draw failed; every replay the same.
     for _ in range(2):
-        assert vt.run(_ticks(), timing=t) == [1.5, 3.0, 4.5, 5.5, 6.5, 7.5]
+        assert vt.run(_ticks(), timing=t, quantum=0) == [1.5, 3.0, 4.5, 5.5, 6.5, 7.5]
 
 
 def test_a_loop_that_never_ran_does_not_use_the_timing_up():
@@ -73,8 +75,8 @@ def test_a_loop_that_never_ran_does_not_use_the_timing_up():
     assert repr(t) == "Timing(max_late=0.5)"
     # The first loop that runs records (on main: an empty record, replayed
     # punctually by every later run).
-    assert vt.run(_ticks(3), timing=t) == [1.5, 3.0, 4.5]
-    assert vt.run(_ticks(3), timing=t) == [1.5, 3.0, 4.5]
+    assert vt.run(_ticks(3), timing=t, quantum=0) == [1.5, 3.0, 4.5]
+    assert vt.run(_ticks(3), timing=t, quantum=0) == [1.5, 3.0, 4.5]
     assert not t.punctual
 
 
@@ -82,13 +84,13 @@ def test_a_recording_loop_collected_without_close_leaves_a_replayable_record():
     import gc
 
     t = Timing(max_late=0.5, draw=lambda n: n)
-    loop = vt.VirtualEventLoop(timing=t)
+    loop = vt.VirtualEventLoop(timing=t, quantum=0)
     loop.run_until_complete(_ticks(2))
     loop._self_cycle = loop  # collected by the gc, not by refcount
     del loop
     with pytest.warns(ResourceWarning):
         gc.collect()
-    assert vt.run(_ticks(2), timing=t) == [1.5, 3.0]
+    assert vt.run(_ticks(2), timing=t, quantum=0) == [1.5, 3.0]
 
 
 def _child(code: str) -> subprocess.CompletedProcess:

@@ -111,13 +111,13 @@ def test_timer_costs_name_the_callback_and_replay():
         await asyncio.sleep(0.3)
 
     timing = vt.Timing(max_cost=0.001, draw=every_decision(1))
-    vt.run(main(), timing=timing)
+    vt.run(main(), timing=timing, quantum=0)  # exact readings: the deadlines as given
     name = "test_timer_costs_name_the_callback_and_replay.<locals>.ping()"
     sites = [(t, secs, site) for kind, t, secs, site in timing.decisions if kind == "timer"]
     assert sites == [(0.1, 0.001, name), (0.2, 0.001, name)]
     assert f"2 timers of {name} at t=0.1..0.2 took 0.001 each" in repr(timing)
     first = timing.decisions
-    vt.run(main(), timing=timing)  # replays exactly
+    vt.run(main(), timing=timing, quantum=0)  # replays exactly
     assert timing.decisions == first
 
 

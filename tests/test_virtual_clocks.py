@@ -56,7 +56,8 @@ def test_each_clock_advances_exactly_with_virtual_time(name):
     r1 = clock()
     assert (b - a) / scale == pytest.approx(lb - la, abs=1e-6)
     assert (c - b) / scale == pytest.approx(lc - lb, abs=1e-6)
-    assert b - a == pytest.approx(3600 * scale, abs=1e-6 * scale)
+    # the sleep, and the iteration (one quantum, 10 µs) that ran the step it woke
+    assert b - a == pytest.approx((3600 + 1e-5) * scale, abs=1e-7 * scale)
     # Anchored at the real reading when the run started.
     assert r0 <= a <= r1
     if name.endswith("_ns"):
@@ -213,7 +214,10 @@ def test_two_loops_in_two_threads_each_read_their_own_time():
         th.start()
     for th in threads:
         th.join(30)
-    assert out["a"] == pytest.approx(100.0) and out["b"] == pytest.approx(7.0)
+    # each its sleep, and the iteration (one quantum, 10 µs) that ran the
+    # step it woke
+    assert out["a"] == pytest.approx(100.00001, abs=1e-7)
+    assert out["b"] == pytest.approx(7.00001, abs=1e-7)
     assert_restored()
 
 
@@ -248,7 +252,9 @@ def test_a_patch_made_by_someone_else_is_respected():
             return m0, time.monotonic()
 
         m0, m1 = vt.run(main())
-        assert m0 == 42.0 and m1 == 47.0  # anchored on what was there
+        # anchored on what was there: 42 + loop.time(), which reads one
+        # quantum (10 µs) in main's first step, 5 s and two quanta after it
+        assert m0 == 42.0 + 1e-5 and m1 == 42.0 + 5.00002
         assert time.monotonic is fake  # put back: theirs
     finally:
         time.monotonic = ORIGINAL["monotonic"]
@@ -281,7 +287,8 @@ def test_blocking_poll_on_the_loops_thread_ends():
                 time.sleep(0.01)
             return loop.time()
 
-        assert vt.run(main()) == 0.0   # the loop's own clock did not move
+        # the loop's own clock did not move: main's one step, one quantum in
+        assert vt.run(main()) == 1e-5
         print("ok")
         """
     )

@@ -39,7 +39,7 @@ async def _sleep():
 async def _clocks():
     t0 = time.monotonic()
     await asyncio.sleep(2)
-    assert time.monotonic() - t0 == pytest.approx(2)
+    assert 2 < time.monotonic() - t0 < 2.001  # and its 10 µs iterations
 
 
 async def _executor():
@@ -148,7 +148,7 @@ def test_the_clocks_still_follow_the_loop_in_a_second_run():
         loop.run_until_complete(_clocks())
         gc.collect()
         loop.run_until_complete(_clocks())
-        assert loop.time() == pytest.approx(4)
+        assert 4 < loop.time() < 4.001  # two runs' sleeps, and their 10 µs iterations
     finally:
         loop.close()
 

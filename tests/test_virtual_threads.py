@@ -139,7 +139,7 @@ def test_after_the_work_the_clock_jumps_again():
         return loop.time(), time.clock_gettime(time.CLOCK_MONOTONIC) - t0
 
     t, real = vt.run(main())
-    assert t == 3600.0 and real < 30
+    assert 3600.0 < t < 3600.001 and real < 30  # and a few 10 µs iterations
 
 
 def test_a_new_thread_is_seen_after_an_older_one_ended():

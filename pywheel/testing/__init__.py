@@ -25,6 +25,7 @@ from typing import Any
 
 from ._loop import (
     DEFAULT_AUTOJUMP_THRESHOLD,
+    DEFAULT_QUANTUM,
     DeadlockError,
     TimeLimitError,
     VirtualEventLoop,
@@ -51,6 +52,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_AUTOJUMP_THRESHOLD",
+    "DEFAULT_QUANTUM",
     "DeadlockError",
     "TimeLimitError",
     "Timing",

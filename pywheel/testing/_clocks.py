@@ -7,8 +7,10 @@ loop runs there, reads the real clocks.  The functions are swapped in the
 ``time`` module while at least one such loop runs anywhere in the process,
 and put back when the last one stops (also when its run raised).
 
-Each clock reads ``anchor + loop.time()``: it advances exactly as the loop's
-clock does, so intervals agree with the loop's to the nanosecond.  The anchor
+Each clock reads ``anchor + loop.time()``: it advances as the loop's clock
+does, so intervals agree with the loop's to the nanosecond -- except that,
+as a real clock, it never reads the same twice: a read that would not be
+later than the clock's last one reads one nanosecond past it (``_later``).  The anchor
 is set when a run starts so that the clock reads what the real clock reads at
 that moment, and it only ever moves forward, so a clock never goes backwards
 while the loop runs, nor when a run starts.  (When the run ends the real
@@ -44,6 +46,7 @@ finds there for C functions, see ``_RealClocksForImports``).
 from __future__ import annotations
 
 import contextlib
+import math as _math
 import sys
 import threading
 import time as _time
@@ -107,13 +110,15 @@ class Clocks:
     wheel, selector and every object its callbacks held).  The wrappers only
     read it while the loop runs, when the running loop is alive anyway."""
 
-    __slots__ = ("loop", "mono", "perf", "wall", "mono_ns", "perf_ns", "wall_ns")
+    __slots__ = ("loop", "mono", "perf", "wall", "mono_ns", "perf_ns", "wall_ns", "last")
 
     def __init__(self, loop) -> None:
         self.loop = weakref.ref(loop)
         inf = float("-inf")
         self.mono = self.perf = self.wall = inf
         self.mono_ns = self.perf_ns = self.wall_ns = None
+        #: The last reading of each clock (see _later).
+        self.last: dict[str, float | int] = {}
 
     def _anchor(self) -> None:
         """At the start of a run: each clock reads at least its real value now."""
@@ -256,34 +261,63 @@ def active() -> bool:
 # ---- the wrappers: one dict lookup, then virtual or real ------------------------
 
 
+def _later(c: Clocks, name: str, value):
+    """``value``, or one nanosecond past the clock's last reading if that is
+    not less: a real clock moves between two reads (tens of nanoseconds for
+    a Python call), so code that times a synchronous call, or an await that
+    never yields to the loop, measures more than 0, as it does on any real
+    machine (redis-py's connection-pool timings).  Between iterations the
+    clocks follow the loop's time again; they lead it by a nanosecond per
+    read made within one iteration, no more."""
+    last = c.last.get(name)
+    if last is not None and value <= last:
+        value = last + (1 if type(value) is int else 1e-9)
+        if value == last:  # a float too large for a nanosecond step
+            value = _math.nextafter(last, _math.inf)
+    c.last[name] = value
+    return value
+
+
 def monotonic() -> float:
     c = _active.get(_get_ident())
-    return _real["monotonic"]() if c is None else c.mono + c.loop()._vtime
+    if c is None:
+        return _real["monotonic"]()
+    return _later(c, "monotonic", c.mono + c.loop()._vtime)
 
 
 def monotonic_ns() -> int:
     c = _active.get(_get_ident())
-    return _real["monotonic_ns"]() if c is None else c.mono_ns + round(c.loop()._vtime * 1e9)
+    if c is None:
+        return _real["monotonic_ns"]()
+    return _later(c, "monotonic_ns", c.mono_ns + round(c.loop()._vtime * 1e9))
 
 
 def perf_counter() -> float:
     c = _active.get(_get_ident())
-    return _real["perf_counter"]() if c is None else c.perf + c.loop()._vtime
+    if c is None:
+        return _real["perf_counter"]()
+    return _later(c, "perf_counter", c.perf + c.loop()._vtime)
 
 
 def perf_counter_ns() -> int:
     c = _active.get(_get_ident())
-    return _real["perf_counter_ns"]() if c is None else c.perf_ns + round(c.loop()._vtime * 1e9)
+    if c is None:
+        return _real["perf_counter_ns"]()
+    return _later(c, "perf_counter_ns", c.perf_ns + round(c.loop()._vtime * 1e9))
 
 
 def time() -> float:
     c = _active.get(_get_ident())
-    return _real["time"]() if c is None else c.wall + c.loop()._vtime
+    if c is None:
+        return _real["time"]()
+    return _later(c, "time", c.wall + c.loop()._vtime)
 
 
 def time_ns() -> int:
     c = _active.get(_get_ident())
-    return _real["time_ns"]() if c is None else c.wall_ns + round(c.loop()._vtime * 1e9)
+    if c is None:
+        return _real["time_ns"]()
+    return _later(c, "time_ns", c.wall_ns + round(c.loop()._vtime * 1e9))
 
 
 def sleep(seconds: float) -> None:

@@ -156,6 +156,8 @@ class Context:
 
     def kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"clocks": self.clocks}
+        if quantum is not None:
+            kw["quantum"] = quantum
         if self.limit is not None:
             kw["limit"] = self.limit
         if self.schedule is not None and self.active:
@@ -242,6 +244,8 @@ def _loop_runs(loop) -> None:
     ctx = current
     if ctx is not None:
         ctx.loop_runs(loop)
+#: --virtual-time-quantum (None: the loop's default), for every loop.
+quantum: float | None = None
 
 
 def make_loop(**overrides: Any):
@@ -253,6 +257,8 @@ def make_loop(**overrides: Any):
         given = ctx.limit_given
     else:
         kwargs = {"clocks": session_clocks}
+        if quantum is not None:
+            kwargs["quantum"] = quantum
         if session_limit is not None:
             kwargs["limit"] = session_limit
         given = session_limit_given

@@ -4,7 +4,7 @@ point, so installing pywheel is enough):
 - ``virtual_loop`` fixture: a ``VirtualEventLoop`` (closed afterwards);
 - ``@pytest.mark.virtual_time(**kwargs)``: runs an ``async def`` test on
   virtual time (``kwargs`` go to ``VirtualEventLoop``: ``start``, ``tick``,
-  ``limit``, ``autojump_threshold``, ``timing``, ``clocks``); if the test also
+  ``limit``, ``autojump_threshold``, ``timing``, ``clocks``, ``quantum``); if the test also
   takes ``virtual_loop``, it runs on that loop;
 - ``clocks=``'s default for both: ``--virtual-time-clocks=on|off`` or the
   ``virtual_time_clocks`` ini option (default on);
@@ -17,6 +17,8 @@ point, so installing pywheel is enough):
   ``--virtual-time``, the marker's unless it gives ``limit=``, the
   fixture's) may pass that much virtual time in one test, a loop shared by
   several tests getting a fresh budget for each;
+- ``--virtual-time-quantum=SECONDS``: the ``quantum`` of every loop the
+  plugin makes (unless the marker says; 0: exact readings);
 - ``--timing-fuzz=N`` with ``--timing-max-late``/``--timing-max-cost``/
   ``--timing-max-jitter`` (with none given, ``timings()``'s defaults; given
   any, the others are 0) and ``--timing-seed``: each async test runs once
@@ -120,6 +122,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="virtual seconds a test may pass on each loop the plugin makes or configures "
         f"(TimeLimitError past it; default {DEFAULT_LIMIT:g}, or the virtual_time_limit ini "
         "option; none: no limit)",
+    )
+    group.addoption(
+        "--virtual-time-quantum",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="virtual seconds each loop iteration that does not jump takes, in every "
+        "VirtualEventLoop made by the plugin (default 1e-05; 0: exact readings, and a "
+        "program that polls the clock while it works spins)",
     )
     group.addoption(
         "--timing-fuzz",
@@ -237,6 +248,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _session.session_clocks = _default_clocks(config)
     _session.session_limit = st.limit
     _session.session_limit_given = st.limit_given
+    _session.quantum = _quantum(config)
     if st.on:
         _session.install()
     if st.fuzz or st.replay is not None:
@@ -245,7 +257,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "virtual_time(start=0.0, tick=0.001, limit=None, autojump_threshold=0.05, "
-        "timing=None, clocks=True): run this async def test on pywheel.testing's "
+        "timing=None, clocks=True, quantum=1e-05): run this async def test on pywheel.testing's "
         "virtual time",
     )
     config.addinivalue_line(
@@ -631,6 +643,15 @@ def _default_clocks(config: pytest.Config) -> bool:
     if option is not None:
         return option == "on"
     return bool(config.getini("virtual_time_clocks"))
+
+
+def _quantum(config: pytest.Config) -> float | None:
+    q = config.getoption("virtual_time_quantum", None)
+    if q is not None and not (q == 0 or 1e-9 <= q < float("inf")):
+        raise pytest.UsageError(
+            f"--virtual-time-quantum must be 0 or a number of seconds >= 1e-9, got {q!r}"
+        )
+    return q
 
 
 def _loop_kwargs(item) -> dict:

@@ -244,6 +244,8 @@ def _loop_runs(loop) -> None:
     ctx = current
     if ctx is not None:
         ctx.loop_runs(loop)
+
+
 #: --virtual-time-quantum (None: the loop's default), for every loop.
 quantum: float | None = None
 

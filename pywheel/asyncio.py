@@ -540,7 +540,15 @@ class _Bridge:
         if queue is None:
             queue = self._queues.setdefault(loop, _LoopQueue(loop))
         timer = _BridgeTimer(when, callback, args)
-        wheel = self.wheel()
+        try:
+            wheel = self.wheel()
+        except RuntimeError:
+            # pywheel's exit hook has run (an atexit hook registered before
+            # pywheel was imported runs after it) and refuses new wheel
+            # threads: nothing would stop one before finalization.  The
+            # loop's own timer does what the wheel's would hand it to.
+            timer._handle = loop.call_at(when, timer._run, context=contextvars.Context())
+            return timer
         # The loop's clock and the wheel's are both CLOCK_MONOTONIC, but a
         # loop may cache its time (uvloop does): carry the delay over.
         delay = when - loop.time()

@@ -9,7 +9,7 @@ in its own interpreter with a timeout: each can hang or crash a process."""
 import time
 
 import pytest
-from helpers import clean_exit, lines, run
+from helpers import clean_exit, lines, run, run_script
 
 # ---------------------------------------------------------------------------
 # interpreter exit
@@ -347,4 +347,135 @@ def test_wheel_wanted_after_pywheel_shut_down():
     out = lines(proc)
     assert out[-1] == "manual still works"
     assert len(out) == 2
+    assert proc.stderr == ""
+
+
+# ---------------------------------------------------------------------------
+# atexit hooks that run after pywheel's own (registered before `import
+# pywheel`, as a library imported first registers them): the loops' wheels
+# have no thread, so they keep working there as the stock loop does.
+
+# Each loop a late hook may run, and the loop it must behave as.
+LATE_LOOPS = {
+    "asyncio": "asyncio.new_event_loop",
+    "uvloop": "__import__('uvloop').new_event_loop",
+    "pywheel.asyncio": "__import__('pywheel.asyncio').asyncio.new_event_loop",
+    "pywheel.uvloop": "__import__('pywheel.uvloop').uvloop.new_event_loop",
+    "pywheel.testing": "__import__('pywheel.testing').testing.VirtualEventLoop",
+}
+ORACLE = {"pywheel.asyncio": "asyncio", "pywheel.testing": "asyncio", "pywheel.uvloop": "uvloop"}
+
+
+def late_hook_program(loop: str, helpers: str = "asyncio") -> str:
+    # One loop made in the main program and run again in the late hook, and
+    # one made in the hook; sleeps, call_later, call_at, a timeout, a timer
+    # left pending then cancelled.  Deadlines made at one moment, so their
+    # order is the same on a busy machine and on virtual time.
+    return f"""
+        import asyncio, atexit, sys
+
+        async def program(tag):
+            sleep, timeout = helpers.sleep, helpers.timeout
+            loop = asyncio.get_running_loop()
+            out = [tag]
+            loop.call_later(0.02, out.append, "call_later")
+            loop.call_at(loop.time() + 0.01, out.append, "call_at")
+            never = loop.call_later(3600, out.append, "never")
+            await sleep(0.03)
+            out.append("slept")
+            try:
+                async with timeout(0.01):
+                    await sleep(3600)
+            except TimeoutError:
+                out.append("timed out")
+            never.cancel()
+            return out
+
+        def late():
+            print(*runner.run(program("made before exit")), flush=True)
+            runner.close()
+            with asyncio.Runner(loop_factory=factory) as r:
+                print(*r.run(program("made in the hook")), flush=True)
+
+        atexit.register(late)  # before pywheel: runs after pywheel's own hook
+        import pywheel
+
+        w = pywheel.Wheel()  # a threaded wheel running at exit, as in a real program
+        w.call_every(0.001, lambda: None)
+        factory = {LATE_LOOPS[loop]}
+        import {helpers} as helpers
+        runner = asyncio.Runner(loop_factory=factory)
+        print(*runner.run(program("main")), flush=True)
+        """
+
+
+@pytest.mark.parametrize("loop", ["pywheel.asyncio", "pywheel.testing", "pywheel.uvloop"])
+def test_loops_run_in_atexit_hooks_registered_before_pywheel(loop):
+    oracle = ORACLE[loop]
+    if oracle == "uvloop":
+        pytest.importorskip("uvloop", reason="pywheel.uvloop's oracle is uvloop")
+    mine, theirs = run_script(late_hook_program(loop)), run_script(late_hook_program(oracle))
+    assert theirs.returncode == 0 and theirs.stderr == "", theirs.stderr
+    assert lines(theirs)[1:] == [
+        "made before exit call_at call_later slept timed out",
+        "made in the hook call_at call_later slept timed out",
+    ]
+    assert (mine.returncode, mine.stdout, mine.stderr) == (0, theirs.stdout, "")
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_wheel_helpers_run_in_atexit_hooks_registered_before_pywheel(loop):
+    # pywheel.asyncio's sleep and timeout on a loop without a wheel use a
+    # shared threaded wheel, which the late hook may not make: they use the
+    # loop's own timers then, as asyncio's sleep and timeout do.
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    mine = run_script(late_hook_program(loop, "pywheel.asyncio"))
+    theirs = run_script(late_hook_program(loop))
+    assert theirs.returncode == 0 and theirs.stderr == "", theirs.stderr
+    assert (mine.returncode, mine.stdout, mine.stderr) == (0, theirs.stdout, "")
+
+
+def test_late_atexit_hook_finds_threaded_wheels_stopped_and_manual_ones_working():
+    # Threaded wheels are stopped by pywheel's hook whatever runs after it
+    # (a made one is closed, a new one refused: nobody would stop its thread
+    # before finalization); a ManualWheel made before exit keeps its timers.
+    proc = run_script(
+        """
+        import atexit
+
+        def late():
+            say("threaded closed:", w.closed)
+            try:
+                w.call_later(0, say, "never")
+            except RuntimeError as e:
+                say("threaded:", e)
+            try:
+                pywheel.Wheel()
+            except RuntimeError as e:
+                say("new threaded:", e)
+            say("manual closed:", m.closed, len(m))
+            say("manual ran:", m.advance(2), ran)
+
+        def say(*args):
+            print(*args, flush=True)
+
+        atexit.register(late)
+        import pywheel
+
+        w = pywheel.Wheel()
+        w.call_every(0.001, lambda: None)
+        m = pywheel.ManualWheel()
+        ran = []
+        m.call_later(1, ran.append, "manual timer")
+        """
+    )
+    clean_exit(proc)
+    out = lines(proc)
+    assert out[:3] == [
+        "threaded closed: True",
+        "threaded: the wheel is closed: the interpreter is exiting",
+        "new threaded: the interpreter is exiting: no new Wheel threads",
+    ]
+    assert out[3:] == ["manual closed: False 1", "manual ran: 1 ['manual timer']"]
     assert proc.stderr == ""

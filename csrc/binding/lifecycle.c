@@ -343,11 +343,18 @@ PyObject *pw__mod_shutdown(PyObject *m, PyObject *arg) {
     core *c = *p;
     if (c->interp != me)
       continue; /* another interpreter's wheel: its own atexit stops it */
+    /* A ManualWheel (every event loop's wheel) has no thread to stop: it
+     * runs only inside its caller's advance(), so it keeps working until
+     * the interpreter really finalizes, for the atexit hooks that run after
+     * this one (those registered before pywheel was imported) as for any
+     * other code; the collector frees it as any object. */
+    if (c->manual)
+      continue;
     if (c->owner && !c->closed) {
       PyObject *owner = Py_NewRef(c->owner);
       pw__close_core(c, "the interpreter is exiting", false);
       Py_DECREF(owner);
-    } else if (!c->manual) {
+    } else {
       pw_driver_stop(&c->drv);
     }
   }

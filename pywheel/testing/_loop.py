@@ -283,7 +283,7 @@ class VirtualEventLoop(WheelEventLoop):
         self._outside: set = set()  # testing.outside() blocks (any thread)
         self._known_threads: weakref.WeakSet | None = None  # alive when it first ran
         self._subprocesses: weakref.WeakSet = weakref.WeakSet()
-        self._peers = _peers.Peers()
+        self._peers = _peers.Peers(self)
         #: Real waits of up to autojump_threshold for outstanding I/O or a
         #: thread (what tests count instead of timing the run).
         self._threshold_waits = 0

@@ -288,3 +288,77 @@ def test_children_are_seen_without_the_proc_children_file(monkeypatch):
         child.kill()
         child.wait()
     assert not _peers.has_children()
+
+
+def test_a_server_loop_on_a_thread_waits_for_a_blocking_client_of_this_process():
+    # aiosmtpd's Controller checks that its server is up with a plain socket
+    # (a Python timeout: non-blocking underneath) from the main thread: the
+    # server's loop, on another thread, must not take it for its own idle
+    # socket and jump to its 300 s idle timeout before the line comes.
+    async def serve(reader, writer):
+        try:
+            line = await asyncio.wait_for(reader.readline(), 300)
+        except TimeoutError:
+            line = b"timeout\n"
+        writer.write(line)
+        await writer.drain()
+        writer.close()
+
+    loop = VirtualEventLoop(autojump_threshold=3)
+    started = threading.Event()
+    box = {}
+
+    def run():
+        async def main():
+            box["server"] = await asyncio.start_server(serve, "127.0.0.1", 0)
+            box["stop"] = asyncio.get_running_loop().create_future()
+            started.set()
+            await box["stop"]
+            box["server"].close()
+            await box["server"].wait_closed()
+
+        loop.run_until_complete(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(30)
+        port = box["server"].sockets[0].getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+            threading.Event().wait(0.2)  # the client takes its time, in real time
+            client.sendall(b"hello\n")
+            assert client.makefile("rb").readline() == b"hello\n"
+    finally:
+        loop.call_soon_threadsafe(lambda: box["stop"].done() or box["stop"].set_result(None))
+        thread.join(30)
+        loop.close()
+
+
+def test_a_closed_transport_does_not_vouch_for_its_reused_descriptor():
+    # The loop's transports are keyed by descriptor; a closed one that is
+    # not collected yet must not make a reused descriptor (another thread's
+    # socket now) count as this loop's.
+    class Closed:
+        _sock = socket.socket()
+
+        def is_closing(self):
+            return True
+
+    Closed._sock.close()
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    other = threading.Event()
+    thread = threading.Thread(target=other.wait, daemon=True)  # b's user
+    thread.start()
+    loop = VirtualEventLoop()
+    stale = Closed()
+    try:
+        loop._transports[b.fileno()] = stale
+        assert _peers.Peers(loop).any_outside({a.fileno(): 1})
+    finally:
+        other.set()
+        thread.join(30)
+        loop.close()
+        a.close()
+        b.close()

@@ -35,19 +35,23 @@ How, on Linux (anywhere else every descriptor counts as outside):
 - a peer in this process must also be *served by this loop*, or another
   thread of this process (a server running its own loop on a background
   thread, started before this loop: aiosmtpd's ``Controller``, anyio's
-  ``BlockingPortal``) may write to it at any time.  Proven when the peer is
-  registered in this loop's selector or held by one of this loop's
-  transports.  A peer registered nowhere is an idle socket that some code
-  will use next: it counts as this loop's (the socket a coroutine is about
-  to ``sock_sendall`` on) only when it is non-blocking, the convention of
-  every event loop, and no other event loop of the process watches it: not
-  registered in any other epoll instance of this process (each one's
-  ``/proc/self/fdinfo`` lists its targets by inode: stock asyncio, uvloop,
-  pywheel on another thread) and not held by a transport of another
-  virtual loop (a paused one is registered nowhere).  A blocking peer is
-  outside: it is served by a thread blocking on it.  This costs a few
-  dictionary look-ups when the peer is registered here, and one read of
-  each other epoll's ``fdinfo`` (most processes have none) when it is not;
+  ``BlockingPortal``) may write to it at any time.  Which thread uses a
+  descriptor is nowhere to be read, so "this loop's" is proven from the
+  loop's own side: the peer is registered in this loop's selector, or held
+  by one of this loop's live transports (one paused for reading is
+  registered nowhere; a closed one not collected yet names a descriptor
+  that may be reused: the transport must still hold that descriptor).  A
+  peer registered nowhere here is an idle socket that some code will use
+  next: it counts as this loop's (the socket a coroutine is about to
+  ``sock_sendall`` on) only when it is non-blocking (a blocking one is
+  served by a thread blocking on it) and no other thread of the process
+  lives but this loop's own and its default executor's workers (whose jobs
+  the loop waits for anyway): a socket with a Python timeout, which a
+  thread polls, is non-blocking underneath, and another thread's loop has
+  sockets registered nowhere for a moment (a connection made or accepted
+  whose transport is a ``call_soon`` away) or for long (paused).  This
+  costs a few dictionary look-ups when the peer is registered here, and one
+  listing of ``/proc/self/task`` when it is not;
 - a listening TCP socket bound to a loopback address (127.0.0.0/8, ::1, or
   mapped) is inside only while it has accepted at least one connection
   still open in this process and every such connection's peer is proven
@@ -96,9 +100,8 @@ Not seen: a copy of an inside socket that another process holds while this
 process keeps its own (a ``pass_fds`` or ``fork`` child that detached, a
 descriptor sent over ``SCM_RIGHTS``); a process that connects to a loopback
 listener after the listener was proven inside by in-process connections;
-another thread of this process that uses an idle non-blocking peer without
-an epoll-based loop (a socket with a Python timeout, ``select``/``poll``), or
-a paused transport of a non-virtual loop on another thread; sockets of other
+a thread of this process that writes to a peer registered in this loop or
+held by its transport (a socket shared across threads); sockets of other
 network namespaces held by this process, which count as inside if their
 addresses mirror.
 """
@@ -112,16 +115,13 @@ import socket
 import stat
 import struct
 import sys
+import threading
 import weakref
 
 _PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
 
 _INET = (socket.AF_INET, socket.AF_INET6)
 _READ, _WRITE = 1, 2  # selectors.EVENT_READ, EVENT_WRITE
-
-#: The virtual loops of this process (whose transports another loop's
-#: classification consults: a paused transport is registered nowhere).
-_LOOPS: weakref.WeakSet = weakref.WeakSet()
 
 
 def _endpoint(addr) -> tuple[str, int]:
@@ -254,20 +254,17 @@ class _Round:
     """What one classification round reads from /proc, each read at most
     once and only if needed."""
 
-    __slots__ = ("_own_poll", "_sockets", "_epolls", "_connections", "_polled")
+    __slots__ = ("_sockets", "_connections", "_alone")
 
-    def __init__(self, own_poll: int) -> None:
-        self._own_poll = own_poll
+    def __init__(self) -> None:
         self._sockets: dict[int, int] | None = None
-        self._epolls: list[int] = []
         self._connections: dict[tuple, int] | None = None
-        self._polled: set[int] | None = None
+        self._alone: bool | None = None
 
     def sockets(self) -> dict[int, int]:
         """{inode: descriptor} of this process's sockets."""
         if self._sockets is None:
             found: dict[int, int] = {}
-            epolls: list[int] = []
             try:
                 names = os.listdir("/proc/self/fd")
             except OSError:
@@ -279,9 +276,7 @@ class _Round:
                     continue
                 if link.startswith("socket:["):
                     found.setdefault(int(link[8:-1]), int(name))
-                elif link == "anon_inode:[eventpoll]":
-                    epolls.append(int(name))
-            self._sockets, self._epolls = found, epolls
+            self._sockets = found
         return self._sockets
 
     def connections(self) -> dict[tuple, int]:
@@ -298,27 +293,22 @@ class _Round:
             self._connections = found
         return self._connections
 
-    def polled_elsewhere(self) -> set[int]:
-        """Inodes registered in an epoll instance of this process other than
-        this loop's own (another thread's event loop)."""
-        if self._polled is None:
-            self.sockets()
-            found: set[int] = set()
-            for fd in self._epolls:
-                if fd == self._own_poll:
-                    continue
-                try:
-                    with open(f"/proc/self/fdinfo/{fd}") as f:
-                        text = f.read()
-                except OSError:
-                    continue
-                for line in text.splitlines():
-                    if line.startswith("tfd:"):
-                        _, _, rest = line.partition(" ino:")
-                        if rest:
-                            found.add(int(rest.split()[0], 16))
-            self._polled = found
-        return self._polled
+    def alone(self, loop) -> bool:
+        """True if no thread of this process lives but the calling one and
+        ``loop``'s default executor's workers."""
+        if self._alone is None:
+            try:
+                tasks = {int(t) for t in os.listdir("/proc/self/task")}
+            except (OSError, ValueError):
+                self._alone = False
+                return False
+            mine = {threading.get_native_id()}
+            executor = getattr(loop, "_default_executor", None)
+            for t in list(getattr(executor, "_threads", ())):
+                if t.native_id is not None:
+                    mine.add(t.native_id)
+            self._alone = tasks <= mine
+        return self._alone
 
 
 # struct tcp_info (linux/tcp.h): tcpi_state (byte 0), tcpi_unacked (u32 at
@@ -411,8 +401,6 @@ class Peers:
         self._loop = None if loop is None else weakref.ref(loop)
         #: (fd, inode) of listeners seen with a connection from outside.
         self._tainted: set[tuple[int, int]] = set()
-        if loop is not None:
-            _LOOPS.add(loop)
 
     # -- classification, cached ------------------------------------------------
 
@@ -472,35 +460,36 @@ class Peers:
         loop = ref()
         if loop is None:
             return False
-        # Registered here, or held by one of this loop's transports (one
-        # paused for reading is registered nowhere): only this loop's
-        # callbacks act on it.
+        # Registered here, or held by one of this loop's live transports
+        # (one paused for reading is registered nowhere): only this loop's
+        # callbacks act on it.  A transport is checked to hold that very
+        # descriptor still: the map is keyed by descriptor, and a closed
+        # transport not collected yet names one that may be reused.
         try:
             if peer_fd in _selector_map(loop):
                 return True
-            if loop._transports.get(peer_fd) is not None:
+            transport = loop._transports.get(peer_fd)
+            sock = getattr(transport, "_sock", None)
+            if sock is not None and sock.fileno() == peer_fd and not transport.is_closing():
                 return True
         except Exception:
             return False
-        # Registered nowhere here: an idle socket.  A blocking one is served
-        # by a thread that blocks on it, not by an event loop.
+        # Registered nowhere here: an idle socket (one a coroutine of this
+        # loop is about to use with sock_sendall, say).  A blocking one is
+        # served by a thread that blocks on it, not by an event loop.
         try:
             if not fcntl.fcntl(peer_fd, fcntl.F_GETFL) & os.O_NONBLOCK:
                 return False
         except OSError:
             return False
-        # Watched by another thread's event loop (any epoll-based one)?
-        if peer_ino in rnd.polled_elsewhere():
-            return False
-        # Held by a transport of another virtual loop (paused: in no epoll)?
-        try:
-            for other in list(_LOOPS):
-                if other is not loop and not other.is_closed():
-                    if other._transports.get(peer_fd) is not None:
-                        return False
-        except Exception:  # changed by another thread meanwhile: unsure
-            return False
-        return True
+        # A non-blocking one may be another thread's all the same: a socket
+        # with a Python timeout (non-blocking underneath) that a thread
+        # polls, another loop's socket whose transport is not made yet (a
+        # call_soon away) or is paused.  Nothing shows which thread uses a
+        # descriptor, so it is this loop's only when no other thread of the
+        # process could use it: none lives but this one and the workers of
+        # this loop's default executor (whose jobs the loop waits for).
+        return rnd.alone(loop)
 
     def _listener_inside(self, fd: int, ino: int, local, rnd: _Round) -> bool:
         """A loopback listener is inside while it has accepted connections
@@ -540,7 +529,7 @@ class Peers:
             return False
         if not isinstance(fds, dict):
             fds = dict.fromkeys(fds, _READ | _WRITE)
-        rnd = _Round(self._own_poll())
+        rnd = _Round()
         for fd, events in fds.items():
             try:
                 st = os.fstat(fd)
@@ -576,18 +565,6 @@ class Peers:
                 return True  # something on its way: not this round
         # Every one is inside, unless a child process could share them.
         return has_children()
-
-    def _own_poll(self) -> int:
-        ref = self._loop
-        loop = ref() if ref is not None else None
-        if loop is None:
-            return -1
-        sel = getattr(loop, "_selector", None)
-        sel = getattr(sel, "_sel", sel)
-        try:
-            return sel.fileno()
-        except Exception:
-            return -1
 
 
 def _selector_map(loop):

@@ -362,3 +362,38 @@ def test_a_closed_transport_does_not_vouch_for_its_reused_descriptor():
         loop.close()
         a.close()
         b.close()
+
+
+def test_a_loop_on_a_thread_waits_for_the_thread_that_drives_it():
+    # anyio's BlockingPortal: a loop on a background thread, driven by the
+    # thread that started it (known before the loop ran, so not a "new"
+    # thread), which cancels a task soon after it began a 3 s sleep.  The
+    # loop used to jump past the sleep at once: the task was never cancelled.
+    # (A threshold long enough for this thread to call in, however loaded;
+    # with the default 0.05 s the outcome is the machine's.)
+    loop = VirtualEventLoop(autojump_threshold=3)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    sleeping, done = threading.Event(), threading.Event()
+    tasks, outcome = [], []
+
+    async def sleeper():
+        try:
+            sleeping.set()
+            await asyncio.sleep(3)
+            outcome.append("slept")
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+        finally:
+            done.set()
+
+    try:
+        loop.call_soon_threadsafe(lambda: tasks.append(loop.create_task(sleeper())))
+        assert sleeping.wait(30)
+        loop.call_soon_threadsafe(lambda: tasks[0].cancel())
+        assert done.wait(30)
+        assert outcome == ["cancelled"]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()

@@ -106,7 +106,15 @@ class _VirtualSelector:
         # threads: a thread the program started since the loop first ran.
         busy = loop._jobs > 0 or bool(loop._outside)
         fds = loop._outstanding()
-        threads = loop._new_threads_alive()
+        # A loop on a background thread (a portal's, a "server in a thread"
+        # fixture's) is driven by the thread that started it, which lives on
+        # and may call in at any moment (call_soon_threadsafe: a portal's
+        # call or cancel); it is known before the loop first ran, so it is
+        # not a new thread, but it is waited for as one.
+        threads = loop._new_threads_alive() or (
+            _threading.current_thread() is not _threading.main_thread()
+            and _threading.main_thread().is_alive()
+        )
         target = loop._next_timer()
         if busy and threshold > 0:
             # The clock may not run ahead of the thread's work: wait for it,

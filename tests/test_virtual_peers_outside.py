@@ -336,8 +336,11 @@ def test_a_server_loop_on_a_thread_waits_for_a_blocking_client_of_this_process()
 
 def test_a_closed_transport_does_not_vouch_for_its_reused_descriptor():
     # The loop's transports are keyed by descriptor; a closed one that is
-    # not collected yet must not make a reused descriptor (another thread's
-    # socket now) count as this loop's.
+    # not collected yet must not make a reused descriptor (another loop's
+    # socket now: here registered in another epoll instance) count as this
+    # loop's.
+    import selectors
+
     class Closed:
         _sock = socket.socket()
 
@@ -348,17 +351,16 @@ def test_a_closed_transport_does_not_vouch_for_its_reused_descriptor():
     a, b = socket.socketpair()
     a.setblocking(False)
     b.setblocking(False)
-    other = threading.Event()
-    thread = threading.Thread(target=other.wait, daemon=True)  # b's user
-    thread.start()
+    other = selectors.EpollSelector()  # the other loop's
+    other.register(b, selectors.EVENT_READ)
     loop = VirtualEventLoop()
-    stale = Closed()
     try:
-        loop._transports[b.fileno()] = stale
+        loop._transports[b.fileno()] = Closed()
         assert _peers.Peers(loop).any_outside({a.fileno(): 1})
+        other.unregister(b)  # b idle, no other loop: this loop's own
+        assert not _peers.Peers(loop).any_outside({a.fileno(): 1})
     finally:
-        other.set()
-        thread.join(30)
+        other.close()
         loop.close()
         a.close()
         b.close()

@@ -115,12 +115,14 @@ import socket
 import stat
 import struct
 import sys
-import threading
 import weakref
 
 _PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
 
 _INET = (socket.AF_INET, socket.AF_INET6)
+
+#: The virtual loops of this process (see ``Peers._served``).
+_LOOPS: weakref.WeakSet = weakref.WeakSet()
 _READ, _WRITE = 1, 2  # selectors.EVENT_READ, EVENT_WRITE
 
 
@@ -254,12 +256,12 @@ class _Round:
     """What one classification round reads from /proc, each read at most
     once and only if needed."""
 
-    __slots__ = ("_sockets", "_connections", "_alone")
+    __slots__ = ("_sockets", "_connections", "_polled")
 
     def __init__(self) -> None:
         self._sockets: dict[int, int] | None = None
         self._connections: dict[tuple, int] | None = None
-        self._alone: bool | None = None
+        self._polled: set[int] | None = None
 
     def sockets(self) -> dict[int, int]:
         """{inode: descriptor} of this process's sockets."""
@@ -293,22 +295,34 @@ class _Round:
             self._connections = found
         return self._connections
 
-    def alone(self, loop) -> bool:
-        """True if no thread of this process lives but the calling one and
-        ``loop``'s default executor's workers."""
-        if self._alone is None:
+    def polled_elsewhere(self, own_poll: int) -> set[int]:
+        """Inodes registered in an epoll instance of this process other than
+        ``own_poll`` (another thread's event loop: stock asyncio, uvloop,
+        pywheel); each one's ``/proc/self/fdinfo`` lists its targets."""
+        if self._polled is None:
+            found: set[int] = set()
             try:
-                tasks = {int(t) for t in os.listdir("/proc/self/task")}
-            except (OSError, ValueError):
-                self._alone = False
-                return False
-            mine = {threading.get_native_id()}
-            executor = getattr(loop, "_default_executor", None)
-            for t in list(getattr(executor, "_threads", ())):
-                if t.native_id is not None:
-                    mine.add(t.native_id)
-            self._alone = tasks <= mine
-        return self._alone
+                names = os.listdir("/proc/self/fd")
+            except OSError:
+                names = []
+            for name in names:
+                fd = int(name)
+                if fd == own_poll:
+                    continue
+                try:
+                    if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:[eventpoll]":
+                        continue
+                    with open(f"/proc/self/fdinfo/{name}") as f:
+                        text = f.read()
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    if line.startswith("tfd:"):
+                        _, _, rest = line.partition(" ino:")
+                        if rest:
+                            found.add(int(rest.split()[0], 16))
+            self._polled = found
+        return self._polled
 
 
 # struct tcp_info (linux/tcp.h): tcpi_state (byte 0), tcpi_unacked (u32 at
@@ -401,6 +415,8 @@ class Peers:
         self._loop = None if loop is None else weakref.ref(loop)
         #: (fd, inode) of listeners seen with a connection from outside.
         self._tainted: set[tuple[int, int]] = set()
+        if loop is not None:
+            _LOOPS.add(loop)
 
     # -- classification, cached ------------------------------------------------
 
@@ -482,14 +498,22 @@ class Peers:
                 return False
         except OSError:
             return False
-        # A non-blocking one may be another thread's all the same: a socket
-        # with a Python timeout (non-blocking underneath) that a thread
-        # polls, another loop's socket whose transport is not made yet (a
-        # call_soon away) or is paused.  Nothing shows which thread uses a
-        # descriptor, so it is this loop's only when no other thread of the
-        # process could use it: none lives but this one and the workers of
-        # this loop's default executor (whose jobs the loop waits for).
-        return rnd.alone(loop)
+        # A non-blocking one may be another thread's event loop's all the
+        # same: registered in its epoll instance, or registered nowhere for a
+        # moment (a connection made or accepted whose transport is a
+        # call_soon away) or for long (a paused transport).  Outside if
+        # another epoll instance of the process watches it, or while another
+        # virtual loop runs (on another thread) or holds it in a transport.
+        if peer_ino in rnd.polled_elsewhere(_own_poll(loop)):
+            return False
+        try:
+            for other in list(_LOOPS):
+                if other is not loop and not other.is_closed():
+                    if other.is_running() or other._transports.get(peer_fd) is not None:
+                        return False
+        except Exception:  # changed by another thread meanwhile: unsure
+            return False
+        return True
 
     def _listener_inside(self, fd: int, ino: int, local, rnd: _Round) -> bool:
         """A loopback listener is inside while it has accepted connections
@@ -565,6 +589,15 @@ class Peers:
                 return True  # something on its way: not this round
         # Every one is inside, unless a child process could share them.
         return has_children()
+
+
+def _own_poll(loop) -> int:
+    sel = getattr(loop, "_selector", None)
+    sel = getattr(sel, "_sel", sel)
+    try:
+        return sel.fileno()
+    except Exception:
+        return -1
 
 
 def _selector_map(loop):

@@ -44,14 +44,16 @@ How, on Linux (anywhere else every descriptor counts as outside):
   peer registered nowhere here is an idle socket that some code will use
   next: it counts as this loop's (the socket a coroutine is about to
   ``sock_sendall`` on) only when it is non-blocking (a blocking one is
-  served by a thread blocking on it) and no other thread of the process
-  lives but this loop's own and its default executor's workers (whose jobs
-  the loop waits for anyway): a socket with a Python timeout, which a
-  thread polls, is non-blocking underneath, and another thread's loop has
-  sockets registered nowhere for a moment (a connection made or accepted
-  whose transport is a ``call_soon`` away) or for long (paused).  This
-  costs a few dictionary look-ups when the peer is registered here, and one
-  listing of ``/proc/self/task`` when it is not;
+  served by a thread blocking on it), no epoll instance of the process but
+  this loop's lists it (``/proc/self/fdinfo``: another thread's stock
+  asyncio, uvloop or pywheel loop), and no other virtual loop runs (on
+  another thread: its socket may be a ``call_soon`` away from being
+  registered, or paused) or holds it in a transport.  Threads are not
+  counted here: a test run leaves idle ones behind, and a loop on a
+  background thread waits for the thread that drives it anyway (see
+  ``_VirtualSelector.select``).  This costs a few dictionary look-ups when
+  the peer is registered here, and one read of each other epoll's
+  ``fdinfo`` when it is not;
 - a listening TCP socket bound to a loopback address (127.0.0.0/8, ::1, or
   mapped) is inside only while it has accepted at least one connection
   still open in this process and every such connection's peer is proven
@@ -101,7 +103,9 @@ process keeps its own (a ``pass_fds`` or ``fork`` child that detached, a
 descriptor sent over ``SCM_RIGHTS``); a process that connects to a loopback
 listener after the listener was proven inside by in-process connections;
 a thread of this process that writes to a peer registered in this loop or
-held by its transport (a socket shared across threads); sockets of other
+held by its transport (a socket shared across threads), or, for a loop on
+the main thread, uses an idle non-blocking peer without an event loop (a
+socket with a Python timeout, ``select``/``poll`` of its own); sockets of other
 network namespaces held by this process, which count as inside if their
 addresses mirror.
 """

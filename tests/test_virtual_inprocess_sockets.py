@@ -150,10 +150,14 @@ def test_classification():
     c = socket.create_connection(srv.getsockname())
     try:
         assert not peers.any_outside([a.fileno(), b.fileno()])
-        assert not peers.any_outside([srv.fileno()])  # a loopback listener
+        # A loopback listener with no connection accepted: anything on the
+        # machine may be about to connect (a detached helper given its port).
+        assert peers.any_outside([srv.fileno()])
         assert peers.any_outside([c.fileno()])  # not accepted yet: unsure
         s, _ = srv.accept()
         assert not peers.any_outside([c.fileno(), s.fileno()])  # asked again
+        # Its one connection's peer is this process's: inside.
+        assert not peers.any_outside([srv.fileno()])
         s.close()
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         assert peers.any_outside([udp.fileno()])

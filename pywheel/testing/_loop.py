@@ -131,7 +131,15 @@ class _VirtualSelector:
         # threads: a thread the program started since the loop first ran.
         busy = loop._jobs > 0 or bool(loop._outside)
         fds = loop._outstanding()
-        threads = loop._new_threads_alive()
+        # A loop on a background thread (a portal's, a "server in a thread"
+        # fixture's) is driven by the thread that started it, which lives on
+        # and may call in at any moment (call_soon_threadsafe: a portal's
+        # call or cancel); it is known before the loop first ran, so it is
+        # not a new thread, but it is waited for as one.
+        threads = loop._new_threads_alive() or (
+            _threading.current_thread() is not _threading.main_thread()
+            and _threading.main_thread().is_alive()
+        )
         target = loop._next_timer()
         if busy and threshold > 0:
             # The clock may not run ahead of the thread's work: wait for it,
@@ -340,7 +348,7 @@ class VirtualEventLoop(WheelEventLoop):
         self._outside: set = set()  # testing.outside() blocks (any thread)
         self._known_threads: weakref.WeakSet | None = None  # alive when it first ran
         self._subprocesses: weakref.WeakSet = weakref.WeakSet()
-        self._peers = _peers.Peers()
+        self._peers = _peers.Peers(self)
         #: Real waits of up to autojump_threshold for outstanding I/O or a
         #: thread (what tests count instead of timing the run).
         self._threshold_waits = 0

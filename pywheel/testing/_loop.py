@@ -132,14 +132,14 @@ class _VirtualSelector:
         busy = loop._jobs > 0 or bool(loop._outside)
         fds = loop._outstanding()
         # A loop on a background thread (a portal's, a "server in a thread"
-        # fixture's) is driven by the thread that started it, which lives on
-        # and may call in at any moment (call_soon_threadsafe: a portal's
-        # call or cancel); it is known before the loop first ran, so it is
-        # not a new thread, but it is waited for as one.
-        threads = loop._new_threads_alive() or (
-            _threading.current_thread() is not _threading.main_thread()
-            and _threading.main_thread().is_alive()
-        )
+        # fixture's: aiosmtpd's Controller, anyio's blocking portal) is driven
+        # by the main thread, which lives on and may call in at any moment
+        # (call_soon_threadsafe: a portal's call or cancel, the server's
+        # stop); it is known before the loop first ran, so it is not a new
+        # thread, but it is waited for as one: idle, such a loop waits as the
+        # stock loop does (a DeadlockError there killed the server's thread
+        # while the test still used it).
+        threads = loop._new_threads_alive() or loop._fed_from_the_main_thread()
         target = loop._next_timer()
         if busy and threshold > 0:
             # The clock may not run ahead of the thread's work: wait for it,
@@ -167,14 +167,6 @@ class _VirtualSelector:
                 # while it lives; look again after a while (not select(None):
                 # it may end without a word).
                 return sel.select(min(max(threshold, 0.01), 1.0))
-            if loop._fed_from_the_main_thread():
-                # A loop on a thread of its own (a server or a portal in a
-                # thread: aiosmtpd's Controller, anyio's blocking portal) is
-                # fed and stopped by the main thread, through
-                # call_soon_threadsafe, which ends this wait: idle, it waits
-                # as the stock loop does.  (A DeadlockError here killed the
-                # server's thread while the test still used it.)
-                return sel.select(1.0)
             # Last chance for a thread the loop cannot see (one started by
             # the program itself) before calling it a deadlock.
             if threshold > 0:

@@ -218,7 +218,8 @@ def test_a_lent_timing_goes_back_and_leaves_nothing_charged():
 
     from pywheel import testing
 
-    loop = testing.VirtualEventLoop()
+    # quantum=0: exact readings, so "uncharged" reads as "at its own time"
+    loop = testing.VirtualEventLoop(quantum=0)
     try:
         seen = []
         timing = testing.Timing(max_cost=0.002, max_late=0.003, draw=lambda n: n)

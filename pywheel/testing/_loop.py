@@ -446,41 +446,40 @@ class VirtualEventLoop(WheelEventLoop):
         t = round(self._vtime + self._quantum, 9)  # whole nanoseconds, as _charge
         if t <= self._vtime:  # past 2**53 ns a nanosecond is below one float step
             t = math.nextafter(self._vtime, math.inf)
-        if t > self._limit_at:
-            # Never past the limit: the run ends after this iteration with
-            # TimeLimitError (once; the cleanup that follows runs at it).
-            t = self._limit_at
-            if not self._limit_hit:
-                self._limit_hit = True
-                self._abort(
-                    TimeLimitError(
-                        f"virtual time limit reached: the program kept the loop busy "
-                        f"(each iteration that does not sleep takes quantum="
-                        f"{self._quantum!r} s) up to the limit t={self._limit_at!r}; a "
-                        f"program that never stops on its own needs a larger limit "
-                        f"or a way to end"
-                    )
-                )
-        self._vtime = t
+        self._advance(
+            t,
+            lambda: (
+                f"virtual time limit reached: the program kept the loop busy "
+                f"(each iteration that does not sleep takes quantum="
+                f"{self._quantum!r} s) up to the limit t={self._limit_at!r}; a "
+                f"program that never stops on its own needs a larger limit "
+                f"or a way to end"
+            ),
+        )
 
     def _charge(self, cost: float) -> None:
         """A ready callback took ``cost`` seconds (a Timing's ``max_cost``)."""
-        t = round(self._vtime + cost, 9)  # whole nanoseconds, as the wheel keeps deadlines
+        self._advance(
+            round(self._vtime + cost, 9),  # whole nanoseconds, as the wheel keeps deadlines
+            lambda: (
+                f"virtual time limit reached: callbacks charged by the Timing "
+                f"(up to {self._max_cost!r} each) carried the clock to the "
+                f"limit t={self._limit_at!r}; the Timing's costs need a larger "
+                f"limit{self._limit_context()}"
+            ),
+        )
+
+    def _advance(self, t: float, why) -> None:
+        """The program's work moves the clock to ``t`` (an iteration's
+        quantum, a Timing's cost).  Never past the limit: the clock stops at
+        it, and the loop ends the run after this iteration with
+        TimeLimitError(``why()``) (once; the cleanup that follows runs at the
+        limit)."""
         if t > self._limit_at:
-            # Never past the limit: the clock stops at it, the loop ends the
-            # run after this iteration with TimeLimitError (once; the
-            # cleanup that follows runs at the limit).
             t = self._limit_at
             if not self._limit_hit:
                 self._limit_hit = True
-                self._abort(
-                    TimeLimitError(
-                        f"virtual time limit reached: callbacks charged by the Timing "
-                        f"(up to {self._max_cost!r} each) carried the clock to the "
-                        f"limit t={self._limit_at!r}; the Timing's costs need a larger "
-                        f"limit{self._limit_context()}"
-                    )
-                )
+                self._abort(TimeLimitError(why()))
         if t > self._vtime:
             self._vtime = t
 

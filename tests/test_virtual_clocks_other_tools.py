@@ -38,10 +38,13 @@ def _offsets(loop) -> dict:
 
 
 def _assert_follow(before: dict, after: dict) -> None:
+    # Within one step a clock read again reads 1 ns later (the clocks never
+    # read the same value twice): a few ns apart at most, where a real reading
+    # would be apart by the machine's uptime.
     for name in CLOCKS:
         assert after[name] == pytest.approx(before[name], abs=1e-6), name
     for name in NS_CLOCKS:
-        assert after[name] == before[name], name
+        assert 0 <= after[name] - before[name] <= 10, (name, before[name], after[name])
 
 
 def _check_block(block, frozen_wall):

@@ -16,11 +16,18 @@ from pathlib import Path
 
 import pytest
 
+import pywheel  # before the tree goes on the path: the run's own pywheel
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # an installed-wheel run keeps the tree off the path
     sys.path.insert(0, str(ROOT))
 
 from examples.real_bugs import _venv  # noqa: E402
+
+#: Where this run's pywheel is imported from (the tree, or an installed
+#: wheel's site-packages, whose extension the tree may not have built): the
+#: child appends it to its path, after the venv's own packages.
+PYWHEEL_HOME = str(Path(pywheel.__file__).resolve().parent.parent)
 
 #: aiohttp 3.10.3-3.11.10's server re-arms its keep-alive check with
 #: call_at(close_time) while loop.time() <= close_time; a clock that reads
@@ -29,7 +36,7 @@ from examples.real_bugs import _venv  # noqa: E402
 #: keep-alive is an hour), the server's is 75 s.
 KEEPALIVE = """
 import asyncio, sys, time
-sys.path.append(sys.argv[1])  # this tree's pywheel, after the venv's packages
+sys.path.append(sys.argv[1])  # the test run's pywheel, after the venv's packages
 import aiohttp
 from aiohttp import web
 from pywheel import testing
@@ -79,7 +86,7 @@ def test_aiohttp_keepalive_rearm_at_its_close_time_ends_on_virtual_time(version,
     script.write_text(KEEPALIVE)
     # On a frozen clock this spins forever: the timeout is the hang guard.
     proc = subprocess.run(
-        [str(vpy), str(script), str(ROOT)], capture_output=True, text=True, timeout=120
+        [str(vpy), str(script), PYWHEEL_HOME], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got, served, end, *_ = proc.stdout.split()

@@ -193,11 +193,37 @@ def test_zero_delay_and_past_timers_run_in_uvloop_order(debug):
         loop.call_at(loop.time() - 5, r("F"))
         loop.call_soon(r("G"))
 
+    assert _on_both(prog, debug) == ["ABCDEFG", "ABCDEFG"]
+
+
+def test_zero_delay_timer_is_never_swept_into_a_queued_run_of_the_wheel():
+    """A soon timer runs at its own place, never in a run of the wheel
+    queued before it (which runs the timers that fell due): X queues that
+    run the way a libuv timer that fired does (Loop._queue_run; nothing on
+    uvloop), then Y, then a call_later(0) of Z.  uvloop runs X Y Z; the wheel
+    used to run Z inside that run, before Y."""
+
+    def prog(loop, out):
+        def x():
+            out.append("X")
+            if isinstance(loop, pwu.Loop):
+                loop._queue_run()  # as _on_uv_timer does when a deadline fell due
+            loop.call_soon(out.append, "Y")
+            loop.call_later(0, out.append, "Z")
+
+        loop.call_soon(x)
+
+    assert _on_both(prog) == ["XYZ", "XYZ"]
+
+
+def _on_both(prog, debug: bool = False) -> list[str]:
+    """What ``prog(loop, out)`` appends to ``out`` on uvloop, then on
+    pywheel.uvloop, each run from a task for 10 ms."""
     results = []
     for factory in (uvloop.new_event_loop, pwu.new_event_loop):
         loop = factory()
         loop.set_debug(debug)
-        out = []
+        out: list[str] = []
 
         async def main(out=out):
             prog(asyncio.get_running_loop(), out)
@@ -208,38 +234,7 @@ def test_zero_delay_and_past_timers_run_in_uvloop_order(debug):
         finally:
             loop.close()
         results.append("".join(out))
-    assert results == ["ABCDEFG", "ABCDEFG"]
-
-
-def test_zero_delay_timer_is_never_swept_into_a_queued_run_of_the_wheel():
-    """A soon timer runs at its own place, never in a run of the wheel
-    queued before it (which runs the timers that fell due): X queues that
-    run the way a libuv timer that fired does (Loop._queue_run; nothing on
-    uvloop), then Y, then a call_later(0) of Z.  uvloop runs X Y Z; the wheel
-    used to run Z inside that run, before Y."""
-
-    results = []
-    for factory in (uvloop.new_event_loop, pwu.new_event_loop):
-        loop = factory()
-        out = []
-
-        def x(loop=loop, out=out):
-            out.append("X")
-            if isinstance(loop, pwu.Loop):
-                loop._queue_run()  # as _on_uv_timer does when a deadline fell due
-            loop.call_soon(out.append, "Y")
-            loop.call_later(0, out.append, "Z")
-
-        async def main(loop=loop):
-            loop.call_soon(x)
-            await asyncio.sleep(0.01)
-
-        try:
-            loop.run_until_complete(main())
-        finally:
-            loop.close()
-        results.append("".join(out))
-    assert results == ["XYZ", "XYZ"]
+    return results
 
 
 # ---- the soon timers are the wheel's timers all the same ----------------------

@@ -162,7 +162,9 @@ def test_deterministic_across_runs():
     assert len(traces[0]) > 15
 
 
-def test_time_moves_one_quantum_per_iteration_and_never_backwards():
+def _spin_chain(second: float, **kwargs) -> list:
+    """The clock as a chain of 51 callbacks reads it, from a timer at t=1,
+    with a second timer due at ``second`` while the chain runs."""
     seen = []
 
     async def main():
@@ -174,10 +176,15 @@ def test_time_moves_one_quantum_per_iteration_and_never_backwards():
                 loop.call_soon(spin, n - 1)
 
         loop.call_later(1.0, spin, 50)
-        loop.call_later(1.0002, spin, 0)  # due while the chain runs: waits for it
+        loop.call_later(second, spin, 0)  # due while the chain runs: waits for it
         await asyncio.sleep(2)
 
-    vt.run(main())
+    vt.run(main(), **kwargs)
+    return seen
+
+
+def test_time_moves_one_quantum_per_iteration_and_never_backwards():
+    seen = _spin_chain(1.0002)
     # the timers are set in main's first step, one iteration (10 µs) in; the
     # chain's first call is the jump's, exactly at 1.00001, then one quantum
     # per iteration; the second timer falls due during the chain and runs
@@ -188,21 +195,7 @@ def test_time_moves_one_quantum_per_iteration_and_never_backwards():
 
 
 def test_with_quantum_zero_time_never_moves_while_callbacks_are_ready():
-    seen = []
-
-    async def main():
-        loop = asyncio.get_running_loop()
-
-        def spin(n):
-            seen.append(loop.time())
-            if n:
-                loop.call_soon(spin, n - 1)
-
-        loop.call_later(1.0, spin, 50)
-        loop.call_later(1.0005, spin, 0)  # due while the chain runs: waits for it
-        await asyncio.sleep(2)
-
-    vt.run(main(), quantum=0)
+    seen = _spin_chain(1.0005, quantum=0)
     assert seen[:51] == [1.0] * 51
     assert seen[51:] == [1.0005]
 

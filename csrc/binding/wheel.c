@@ -350,12 +350,21 @@ static PyObject *wheel_call_later(WheelObject *self, PyObject *const *args, Py_s
   return pw__schedule(self, when, delay <= 0, 0, args, nargs, context);
 }
 
+/* call_at's arguments (and _call_soon_at's, under its own name): the
+ * deadline and the context, or -1 with the exception set. */
+static int parse_call_at(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, int64_t *when, PyObject **context) {
+  if (parse_schedule(name, args, nargs, kwnames, NULL, context) < 0 ||
+      pw__time_to_ns(args[0], "when", when) < 0)
+    return -1;
+  return 0;
+}
+
 static PyObject *wheel_call_at(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames) {
   PyObject *context;
   int64_t when;
-  if (parse_schedule("call_at", args, nargs, kwnames, NULL, &context) < 0 ||
-      pw__time_to_ns(args[0], "when", &when) < 0)
+  if (parse_call_at("call_at", args, nargs, kwnames, &when, &context) < 0)
     return NULL;
   return pw__schedule(self, when, when < core_now_ns(self->core), 0, args, nargs, context);
 }
@@ -366,8 +375,7 @@ PyObject *pw__manual_call_soon_at(WheelObject *self, PyObject *const *args, Py_s
                                   PyObject *kwnames) {
   PyObject *context;
   int64_t when;
-  if (parse_schedule("_call_soon_at", args, nargs, kwnames, NULL, &context) < 0 ||
-      pw__time_to_ns(args[0], "when", &when) < 0)
+  if (parse_call_at("_call_soon_at", args, nargs, kwnames, &when, &context) < 0)
     return NULL;
   return pw__schedule_soon(self, when, args, nargs, context);
 }

@@ -23,6 +23,7 @@ import asyncio
 import sys
 from typing import Any
 
+from . import _trace
 from ._loop import (
     DEFAULT_AUTOJUMP_THRESHOLD,
     DEFAULT_QUANTUM,
@@ -36,6 +37,7 @@ from ._loop import (
 )
 from ._sites import _user_frame, callback_site
 from ._timing import Timing, timings
+from ._trace import Trace, race_timeline
 
 # EventLoopPolicy is made on first access, only where asyncio still has
 # policies (deprecated in 3.14, removed in 3.16), and is not in __all__: a
@@ -56,15 +58,28 @@ __all__ = [
     "DeadlockError",
     "TimeLimitError",
     "Timing",
+    "Trace",
     "VirtualEventLoop",
     "VirtualTimeError",
     "call_external",
     "latency",
     "new_event_loop",
+    "draw_race",
     "outside",
+    "race_timeline",
     "run",
     "timings",
 ]
+
+
+def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") -> str:
+    """An SVG picture of two traced runs of one program, the punctual one
+    above the failing one (see ``Trace``); written to ``path`` if given
+    (``.png``: converted, if cairosvg or rsvg-convert is installed).
+    Returns the SVG text."""
+    from ._draw import draw_race as draw
+
+    return draw(punctual, failing, path, title=title)
 
 
 def call_external(delay: float, callback, *args: Any, context=None) -> Any:
@@ -74,11 +89,21 @@ def call_external(delay: float, callback, *args: Any, context=None) -> Any:
     event independently, so they may overtake one another and the program's
     own timers)."""
     loop = asyncio.get_running_loop()
-    if isinstance(loop, VirtualEventLoop) and loop._timing is not None:
+    if isinstance(loop, VirtualEventLoop) and (loop._timing is not None or loop._trace is not None):
         frame = sys._getframe(1)
-        delay += loop._external_jitter(
-            lambda: f"external {callback_site(callback)} from {_user_frame(frame)}"
-        )
+
+        def site() -> str:
+            return f"external {callback_site(callback)} from {_user_frame(frame)}"
+
+        jitter = loop._external_jitter(site)
+        delay += jitter
+        trace = loop._trace
+        if trace is not None:
+            _trace.outside_event(loop, site, jitter)  # the timer below is this event
+            try:
+                return loop.call_later(delay, callback, *args, context=context)
+            finally:
+                trace._sent()
     return loop.call_later(delay, callback, *args, context=context)
 
 
@@ -87,7 +112,21 @@ async def latency(delay: float, result: Any = None) -> Any:
     call's round trip): up to the Timing's ``max_jitter`` later on a perturbed
     virtual loop."""
     loop = asyncio.get_running_loop()
-    if isinstance(loop, VirtualEventLoop) and loop._timing is not None:
+    if isinstance(loop, VirtualEventLoop) and (loop._timing is not None or loop._trace is not None):
         frame = sys._getframe(1)
-        delay += loop._external_jitter(lambda: f"latency() in {_user_frame(frame)}")
+
+        def site() -> str:
+            return f"latency() in {_user_frame(frame)}"
+
+        jitter = loop._external_jitter(site)
+        delay += jitter
+        trace = loop._trace
+        if trace is not None and delay > 0:
+            # asyncio.sleep schedules its timer before it first suspends:
+            # that timer is this event.
+            _trace.outside_event(loop, site, jitter)
+            try:
+                return await asyncio.sleep(delay, result)
+            finally:
+                trace._sent()
     return await asyncio.sleep(delay, result)

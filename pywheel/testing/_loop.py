@@ -312,6 +312,7 @@ class VirtualEventLoop(WheelEventLoop):
         autojump_threshold: float = DEFAULT_AUTOJUMP_THRESHOLD,
         clocks: bool = True,
         quantum: float = DEFAULT_QUANTUM,
+        trace: Any = None,
     ) -> None:
         start = _check_seconds("start", start)
         quantum = _check_seconds("quantum", quantum)
@@ -345,6 +346,7 @@ class VirtualEventLoop(WheelEventLoop):
         #: thread (what tests count instead of timing the run).
         self._threshold_waits = 0
         self._timing: Timing | None = None
+        self._trace: Any = None  # a testing.Trace recording the run (see _trace)
         self._max_late = self._max_cost = 0.0
         self._fatal: BaseException | None = None
         self._limit_hit = False
@@ -365,6 +367,10 @@ class VirtualEventLoop(WheelEventLoop):
         self._fast_timers = True
         if timing is not None:
             self._use_timing(timing)
+        if trace is not None and trace is not False:
+            from . import _trace
+
+            _trace.attach(self, trace)
 
     # ---- fast paths ---------------------------------------------------------
     # A fake-time test spends its time scheduling timers and waking tasks, so
@@ -410,6 +416,11 @@ class VirtualEventLoop(WheelEventLoop):
         return self._timing
 
     @property
+    def trace(self):
+        """The ``testing.Trace`` recording this loop's run (``trace=``), or None."""
+        return self._trace
+
+    @property
     def clocks(self) -> bool:
         """Whether the ``time`` module's clocks follow this loop's virtual
         time on its thread while it runs (see ``clocks=``)."""
@@ -419,6 +430,7 @@ class VirtualEventLoop(WheelEventLoop):
         """Nothing ready, no I/O: wake at the next timer (late, with a Timing)."""
         if target > self._limit_at:
             raise TimeLimitError(self._limit_message(target))
+        due = target
         if self._max_late and self._timing is not None:
             self._prune_timers()
             site = functools.partial(self._wake_site, target)
@@ -440,6 +452,8 @@ class VirtualEventLoop(WheelEventLoop):
                 target = woke
         if target > self._vtime:
             self._vtime = target
+        if self._trace is not None:
+            self._trace._woke(due, self._vtime)
 
     def _step(self) -> None:
         """An iteration that did not jump took ``quantum`` seconds."""
@@ -663,6 +677,8 @@ class VirtualEventLoop(WheelEventLoop):
             self._compact_at = _COMPACT_MIN
             self.call_at = self._timing_call_at  # type: ignore[method-assign]
             self._fast_timers = False
+        if self._trace is not None:
+            self._trace._hook(self)  # traced handles that are charged too
 
     def _lend_timing(self, timing: Timing) -> None:
         """Take ``timing`` for a while (``_return_timing`` gives it back)."""
@@ -690,11 +706,13 @@ class VirtualEventLoop(WheelEventLoop):
         if timing is not None:
             timing._detach(self)
         _gc.release(self)
+        if self._trace is not None:
+            self._trace._hook(self)  # the Timing's hooks are gone, the trace's stay
 
     # ---- timing hooks -------------------------------------------------------
 
     def _charged_call_soon(self, callback, args, context):
-        handle = _ChargedHandle(callback, args, self, context)
+        handle = self._handle_type(callback, args, self, context)  # charged or traced
         if handle._source_traceback:
             del handle._source_traceback[-1]
         self._ready.append(handle)
@@ -716,6 +734,8 @@ class VirtualEventLoop(WheelEventLoop):
             if self._debug:
                 self._check_callback(callback, "call_at")  # before it is hidden
             run = _ChargedTimer(self, callback, owner)
+        if self._trace is not None and callable(callback):
+            run = self._trace._timer(self, callback, owner, when, run is not callback)
         handle = WheelEventLoop.call_at(self, when, run, *args, context=context)
         if not self._max_late:
             return handle
@@ -1011,8 +1031,10 @@ def run(
     clocks: bool = True,
     debug: bool | None = None,
     quantum: float = DEFAULT_QUANTUM,
+    trace: Any = None,
 ):
-    """``asyncio.run(main)`` on virtual time; returns ``main``'s result."""
+    """``asyncio.run(main)`` on virtual time; returns ``main``'s result.
+    ``trace``: a ``testing.Trace`` that records the run (see ``Trace``)."""
     # Checked before the Runner exists, so a bad argument leaves no
     # un-awaited coroutine behind without saying why.
     try:
@@ -1033,6 +1055,7 @@ def run(
             autojump_threshold=autojump_threshold,
             clocks=clocks,
             quantum=quantum,
+            trace=trace,
         )
     except BaseException:
         if asyncio.iscoroutine(main):

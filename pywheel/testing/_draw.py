@@ -210,6 +210,8 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
                 f'stroke="{_COLORS["life"]}" stroke-width="2"/>'
             )
         labels = 0
+        busy: dict[int, float] = {}  # row -> end of its latest outside event
+        label_end: dict[int, float] = {}  # row -> where its last decision label ends
         decisions = trace.decisions
         cut = d.failing.seq if (d is not None and d.failing is not None) else None
         named = {e.seq for e in decisions if cut is None or e.seq <= cut}
@@ -222,7 +224,14 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
             if row is None or e.end < t0 or e.start > t1:
                 continue
             y = lanes_top + row * ROW
-            svg.add(_event(e, x, y, t0, t1))
+            shift = 0.0
+            if e.kind == "outside":
+                # Outside events of one source in flight at once: the later
+                # one a little lower, so neither hides the other.
+                if e.start < busy.get(row, -1.0):
+                    shift = 4.0
+                busy[row] = max(busy.get(row, -1.0), e.end)
+            svg.add(_event(e, x, y + shift, t0, t1))
             if e.decision is not None:
                 xa, xb = _span(e, x, t0, t1)
                 svg.add(
@@ -231,8 +240,10 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
                     f'fill="none" stroke="{_COLORS["decision"]}" stroke-width="2" rx="2">'
                     f"<title>{escape(e.decision_text())}: {escape(e.describe())}</title></rect>"
                 )
-                if e.seq in named and labels < 6:
+                width = 6.2 * (len(e.decision_text()) + 1)
+                if e.seq in named and labels < 6 and xb + 4 >= label_end.get(row, 0.0):
                     labels += 1
+                    label_end[row] = xb + 4 + width
                     svg.text(
                         xb + 4,
                         y + 8,
@@ -344,6 +355,13 @@ def _event(e: Event, x, y: float, t0: float, t1: float) -> str:
             f'<g>{title}<rect x="{a:.1f}" y="{y + 7}" width="{max(b - a, 1):.1f}" height="6" '
             f'fill="{c}" opacity="0.55"/>'
             f'<circle cx="{b:.1f}" cy="{y + 10}" r="3.5" fill="{c}"/></g>'
+        )
+    if e.kind == "send":  # sent, due to arrive at e.end: a dashed line under the arrival
+        a, b = x(max(e.start, t0)), x(min(e.end, t1))
+        return (
+            f'<line x1="{a:.1f}" y1="{y + 10}" x2="{max(b, a + 1):.1f}" y2="{y + 10}" '
+            f'stroke="{_COLORS["outside"]}" stroke-width="1.2" stroke-dasharray="3,2">'
+            f"{title}</line>"
         )
     if e.kind == "wake":
         if e.decision is None:

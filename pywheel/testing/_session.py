@@ -132,6 +132,7 @@ class Context:
     __slots__ = ("limit", "limit_given", "clocks", "schedule", "loops", "timed", "ran")
     __slots__ += ("active", "thread")
     __slots__ += ("_draws", "__weakref__")
+    __slots__ += ("traces", "_traced_lent")
 
     def __init__(self, limit: float | None, clocks: bool, schedule: Schedule | None) -> None:
         self.limit = limit  # None: no limit
@@ -147,6 +148,10 @@ class Context:
         self.active = schedule is None  # a punctual run has no span to wait for
         self.thread = threading.get_ident()
         self._draws = 0
+        # A list: each loop of the run records a testing.Trace into it (the
+        # plugin's rerun of a failure; see pytest_plugin._trace_failure).
+        self.traces: list | None = None
+        self._traced_lent: list = []  # loops lent a Trace for this run
 
     def _draw(self) -> Timing:
         assert self.schedule is not None
@@ -162,6 +167,11 @@ class Context:
             kw["limit"] = self.limit
         if self.schedule is not None and self.active:
             kw["timing"] = self._draw()
+        if self.traces is not None:
+            from ._trace import Trace
+
+            kw["trace"] = trace = Trace(f"loop {len(self.traces)}")
+            self.traces.append(trace)
         return kw
 
     def made(self, loop) -> None:
@@ -172,6 +182,8 @@ class Context:
 
     def loop_runs(self, loop) -> None:
         """``loop`` is about to run (``VirtualEventLoop.run_forever``)."""
+        if self.traces is not None and loop._trace is None and self.active:
+            self._lend_trace(loop)
         if not self.active or self.schedule is None:
             return
         if loop._timing is None:
@@ -185,12 +197,30 @@ class Context:
             self.timed.append((weakref.ref(loop), timing, True))
         self.ran.add(id(loop))
 
+    def _lend_trace(self, loop) -> None:
+        """A loop made before the run records it while the run lasts."""
+        if threading.get_ident() != self.thread:
+            return
+        from . import _trace
+
+        trace = _trace.attach(loop, _trace.Trace(f"loop {len(self.traces)}"))
+        self.traces.append(trace)
+        self._traced_lent.append(weakref.ref(loop))
+
     def begin(self) -> None:
         """The test's own part starts (a fuzz run's span fixture)."""
         self.active = True
 
     def end(self) -> None:
         """The test's own part ended: lent Timings go back (idempotent)."""
+        if self._traced_lent:
+            from . import _trace
+
+            for ref in self._traced_lent:
+                loop = ref()
+                if loop is not None and not loop.is_running():
+                    _trace.detach(loop)
+            self._traced_lent = []
         if self.schedule is None:
             return
         self.active = False

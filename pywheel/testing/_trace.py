@@ -78,7 +78,8 @@ class Lane:
 class Event:
     """One thing that happened: ``kind`` is "step" (a task ran), "callback"
     (a ready callback that is no task step), "timer" (a timer's callback),
-    "outside" (an outside-world event, ``start`` sent, ``end`` arrived) or
+    "send" (an outside-world event sent: ``end`` when it is due to arrive),
+    "outside" (it arrived: ``start`` sent, ``end`` arrived) or
     "wake" (the loop slept to ``deadline`` and woke at ``end``).  ``where``:
     where a task waits after its step ("get() at cache.py:20", "ended:
     raised KeyError"), or who armed a timer.  ``decision``: the Timing's
@@ -117,6 +118,8 @@ class Event:
             return f"{lane} ran -> {self.where}" if self.where else f"{lane} ran"
         if self.kind == "outside":
             return f"{lane} arrived (sent t={_t(self.start)})"
+        if self.kind == "send":
+            return f"{lane} sent (to arrive at t={_t(self.deadline)})"
         if self.kind == "wake":
             return f"loop woke for the deadline t={_t(self.deadline)}"
         if self.kind == "timer":
@@ -186,8 +189,10 @@ class Trace:
         return [e for e in self.events if e.decision is not None]
 
     def story(self) -> list[Event]:
-        """The events of the program's own lanes (no internals, no wake-ups)."""
-        return [e for e in self.events if not e.lane.internal]
+        """The events of the program's own lanes, in run order (no
+        internals, no wake-ups, no sends: a send is part of the step that
+        sent it, its arrival is the event)."""
+        return [e for e in self.events if not e.lane.internal and e.kind != "send"]
 
     def to_perfetto(self, punctual: Trace | None = None) -> dict:
         """The Chrome trace-event JSON object (see ``write_perfetto``)."""
@@ -265,21 +270,27 @@ class Trace:
         self.events.append(e)
         return e
 
-    def _ran(self, callback, start: float, end: float, cost: float) -> None:
-        """A ready callback ran (a task step, or another callback)."""
+    def _ran(self, callback, start: float) -> Event:
+        """A ready callback begins (a task step, or another callback); its
+        event is numbered now, so what it does (a send) comes after it."""
         owner = getattr(callback, "__self__", None)
-        decision = ("step", cost) if cost else None
         if isinstance(owner, _tasks.Task):
-            self._add(
-                "step", self._task_lane(owner), start, end, "step", _after(owner), None, decision
-            )
-            return
+            return self._add("step", self._task_lane(owner), start, start, "step")
         if internal_callback(callback):
             lane = self._internal_lane()
         else:
             site = callback_site(callback)
             lane = self._lane(("callback", site), site, "callback")
-        self._add("callback", lane, start, end, callback_site(callback), "", None, decision)
+        return self._add("callback", lane, start, start, callback_site(callback))
+
+    @staticmethod
+    def _done(e: Event, callback, end: float, cost: float, kind: str = "step") -> None:
+        """It ended at ``end``, having taken ``cost`` of a Timing's."""
+        e.end = end
+        if cost:
+            e.decision = (kind, cost)
+        if e.kind == "step":
+            e.where = _after(callback.__self__)
 
     def _timer(self, loop, callback, owner, when, charged: bool):
         """The callable the loop schedules for ``callback`` (``_timing_call_at``)."""
@@ -290,6 +301,14 @@ class Trace:
         run._when = when
         run._charged = charged
         pending, self._pending = self._pending, None
+        if pending is not None:
+            # The outside event is sent now: its decision (how late it
+            # arrives) is made now, so it is noted on the send, in run
+            # order; the arrival is its own event, when the timer runs.
+            site, sent, jitter = pending
+            lane = self._lane(("outside", site), site, "outside")
+            decision = ("external", jitter) if jitter else None
+            self._add("send", lane, sent, max(when, sent), "sent", "", when, decision)
         run._outside = pending
         if pending is None and not internal_callback(callback) and isinstance(owner, _tasks.Task):
             run._armed = task_site(owner)
@@ -297,26 +316,20 @@ class Trace:
             run._armed = ""
         return run
 
-    def _fired(self, timer: _TracedTimer, start: float, end: float, cost: float) -> None:
+    def _fired(self, timer: _TracedTimer, start: float) -> Event:
         callback = timer._callback
         when = timer._when
         outside = timer._outside
         if outside is not None:
-            site, sent, jitter = outside
+            site, sent, _jitter = outside
             lane = self._lane(("outside", site), site, "outside")
-            decision = ("external", jitter) if jitter else None
-            if cost:  # a call_external callback charged by the Timing
-                decision = ("timer", cost) if decision is None else decision
-            self._add("outside", lane, sent, end, "arrived", "", when, decision)
-            return
-        decision = ("timer", cost) if cost else None
+            return self._add("outside", lane, sent, start, "arrived", "", when)
         owner = timer._owner
         if internal_callback(callback):
             lane = (
                 self._task_lane(owner) if isinstance(owner, _tasks.Task) else self._internal_lane()
             )
-            self._add("timer", lane, start, end, _internal_timer_name(callback), "", when, decision)
-            return
+            return self._add("timer", lane, start, start, _internal_timer_name(callback), "", when)
         site = callback_site(callback)
         # A lane per callback and the task that armed it ("per timer owner").
         owner_lane = self._task_lane(owner) if isinstance(owner, _tasks.Task) else None
@@ -325,7 +338,7 @@ class Trace:
         else:
             label = f"timer {site}"
         lane = self._lane(("timer", site, owner_lane and owner_lane.index), label, "timer")
-        self._add("timer", lane, start, end, site, timer._armed, when, decision)
+        return self._add("timer", lane, start, start, site, timer._armed, when)
 
     def _woke(self, due: float, woke: float) -> None:
         late = round(woke - due, 9)
@@ -385,11 +398,11 @@ class _TracedHandle(_events.Handle):
         trace = loop._trace
         if trace is None:
             return super()._run()
-        start = loop._vtime
+        e = trace._ran(self._callback, loop._vtime)
         try:
             super()._run()
         finally:
-            trace._ran(self._callback, start, loop._vtime, 0.0)
+            trace._done(e, self._callback, loop._vtime, 0.0)
 
 
 class _TracedChargedHandle(_ChargedHandle):
@@ -406,12 +419,13 @@ class _TracedChargedHandle(_ChargedHandle):
             return super()._run()
         start = loop._vtime
         cost = timing._decide("step", loop._max_cost, self._site, start)
+        e = trace._ran(self._callback, start)
         try:
             _events.Handle._run(self)
         finally:
             if cost:
                 loop._charge(cost)
-            trace._ran(self._callback, start, loop._vtime, cost)
+            trace._done(e, self._callback, loop._vtime, cost)
 
 
 class _TracedTimer(_ChargedTimer):
@@ -430,13 +444,15 @@ class _TracedTimer(_ChargedTimer):
         cost = 0.0
         if self._charged and timing is not None:
             cost = timing._decide("timer", loop._max_cost, self._site, start)
+        # (not into a trace lent for a run that has ended)
+        e = trace._fired(self, start) if loop._trace is trace else None
         try:
             return self._callback(*args)
         finally:
             if cost:
                 loop._charge(cost)
-            if loop._trace is trace:  # not a trace lent for a run that has ended
-                trace._fired(self, start, loop._vtime, cost)
+            if e is not None:
+                trace._done(e, self._callback, loop._vtime, cost, "timer")
 
 
 def attach(loop, trace) -> Trace:
@@ -587,7 +603,10 @@ def race_timeline(punctual: Trace, failing: Trace, *, lines: int = 15) -> str:
         e = story_f[i]
         mark = ">>" if i == d.index else "  "
         p = same_place.get((e.lane.label, numbers[i]))
-        if p is None:
+        if i == d.index:
+            p = d.punctual  # what the punctual run did here instead
+            other = "punctual: ended" if p is None else f"punctual: t={_t(p.at)} {p.describe()}"
+        elif p is None:
             other = "punctual: never"
         elif p.key() != e.key():
             other = f"punctual: t={_t(p.at)} {p.describe()}"
@@ -675,7 +694,20 @@ def _perfetto(failing: Trace, punctual: Trace | None) -> dict:
             args["virtual time"] = f"t={_t(e.start)}..{_t(e.end)}"
             if e.decision is not None:
                 args["decision"] = f"{e.decision[0]}: {e.decision_text()}"
-            if e.kind == "wake":
+            if e.kind == "send":
+                events.append(
+                    {
+                        "name": "sent",
+                        "cat": "send",
+                        "ph": "i",
+                        "s": "t",
+                        "ts": _us(e.start),
+                        "pid": pid,
+                        "tid": tid,
+                        "args": args,
+                    }
+                )
+            elif e.kind == "wake":
                 # The loop's sleep: an instant when it woke (the decision, if late).
                 events.append(
                     {
@@ -690,21 +722,22 @@ def _perfetto(failing: Trace, punctual: Trace | None) -> dict:
                     }
                 )
                 continue
-            name = e.what if e.kind in ("callback", "timer") else e.describe()
-            if e.kind == "step":
-                name = f"step -> {e.where}"
-            events.append(
-                {
-                    "name": name,
-                    "cat": e.kind,
-                    "ph": "X",
-                    "ts": _us(e.start),
-                    "dur": max(0.0, round(_us(e.end) - _us(e.start), 3)),
-                    "pid": pid,
-                    "tid": tid,
-                    "args": args,
-                }
-            )
+            if e.kind != "send":
+                name = e.what if e.kind in ("callback", "timer") else e.describe()
+                if e.kind == "step":
+                    name = f"step -> {e.where}"
+                events.append(
+                    {
+                        "name": name,
+                        "cat": e.kind,
+                        "ph": "X",
+                        "ts": _us(e.start),
+                        "dur": max(0.0, round(_us(e.end) - _us(e.start), 3)),
+                        "pid": pid,
+                        "tid": tid,
+                        "args": args,
+                    }
+                )
             if e.decision is not None:
                 events.append(
                     {

@@ -162,6 +162,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="--timing-fuzz: the seed the schedules are drawn from (default 0)",
     )
     group.addoption(
+        "--timing-trace",
+        default=None,
+        metavar="DIR",
+        help="--timing-fuzz / --timing-replay: on a failure, also write DIR/<test>.perfetto.json "
+        "(ui.perfetto.dev, chrome://tracing) and DIR/<test>.svg: the punctual and the failing "
+        "run, traced (or the timing_trace ini option)",
+    )
+    group.addoption(
         "--timing-replay",
         default=None,
         metavar="TOKEN",
@@ -173,6 +181,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="bool",
         default=False,
         help="make every event loop of the session a pywheel.testing VirtualEventLoop",
+    )
+    parser.addini(
+        "timing_trace",
+        default=None,
+        help="--timing-fuzz: the folder --timing-trace writes a failure's trace and picture to",
     )
     parser.addini(
         "virtual_time_limit",
@@ -425,6 +438,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         if failed:
             if schedule is not None and not unperturbed:
                 _describe(item, reports, ctx, schedule, k, len(schedules) - 1, st)
+                _report_race(item, nextitem, st, [t for _, t, _ in ctx.timed], reports)
             break
         if any(r.skipped for r in reports):
             break  # skipped (or xfailed): the same again under a Timing tells nothing
@@ -485,6 +499,102 @@ def _describe(item, reports, ctx, schedule, k, n, st) -> None:
             r.sections.append(("pywheel.testing timing fuzz", text))
 
 
+# ---- the picture of the race ---------------------------------------------------
+#
+# Only after a failure, two more runs of the test, each loop recording a
+# testing.Trace: the punctual run and the failing run's Timings replayed.
+# Nothing is recorded while the fuzz runs (a trace costs each event a few
+# microseconds, and most runs pass).
+
+
+class _Replaying:
+    """A Context's schedule that hands out given Timings, in order (they
+    replay their recorded decisions); past them, punctual loops."""
+
+    def __init__(self, timings: list) -> None:
+        self.timings = list(timings)
+
+    def timing(self, index: int):
+        from ._timing import Timing
+
+        if index < len(self.timings):
+            return self.timings[index]
+        return Timing()
+
+
+def _traced_run(item, nextitem, st, schedule) -> tuple[bool, list]:
+    from _pytest.runner import runtestprotocol
+
+    ctx = _context(item, st, schedule)
+    ctx.traces = []
+    saved = _session.enter(ctx)
+    try:
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    finally:
+        try:
+            ctx.end()
+        finally:
+            _session.current = saved
+    return any(r.failed for r in reports), ctx.traces
+
+
+def _trace_dir(config: pytest.Config) -> str | None:
+    where = config.getoption("timing_trace", None)
+    if where is None:
+        where = config.getini("timing_trace") or None
+    return where
+
+
+def _trace_failure(item, nextitem, st, failing_timings) -> tuple[str, list[str]]:
+    """Reruns the test punctually and under ``failing_timings`` (the failing
+    run's Timings, one per loop, in the order its loops took them), each
+    loop traced; returns the text timeline of the loop where the runs part,
+    and the paths written under --timing-trace=DIR (Perfetto JSON, SVG)."""
+    from ._draw import draw_race
+    from ._trace import divergence, race_timeline
+
+    passed_failed, punctual = _traced_run(item, nextitem, st, None)
+    failed, failing = _traced_run(item, nextitem, st, _Replaying(failing_timings))
+    notes = []
+    if passed_failed:
+        notes.append("(the punctual rerun failed too: the comparison below may not be the race)")
+    if not failed:
+        notes.append("(the traced rerun of the failing Timings passed: it did not reproduce)")
+    if not punctual or not failing:
+        return "no loop was traced in the reruns", []
+    pairs = list(zip(punctual, failing, strict=False))
+    k = next((i for i, (p, f) in enumerate(pairs) if divergence(p, f) is not None), 0)
+    p, f = pairs[k]
+    p.label, f.label = f"punctual run, loop {k}", f"failing run, loop {k}"
+    head = f"loop {k} of {len(failing)}: " if len(failing) > 1 else ""
+    text = "\n".join(notes + [head + race_timeline(p, f)])
+    paths: list[str] = []
+    where = _trace_dir(item.config)
+    if where:
+        os.makedirs(where, exist_ok=True)
+        name = "".join(c if c.isalnum() or c in "._-" else "_" for c in item.nodeid)[:150]
+        base = os.path.join(where, name)
+        paths.append(f.write_perfetto(base + ".perfetto.json", p))
+        draw_race(p, f, base + ".svg", title=f"{item.nodeid}: the race")
+        paths.append(base + ".svg")
+    return text, paths
+
+
+def _report_race(item, nextitem, st, failing_timings, reports) -> None:
+    """The failure's report gets the text timeline (and the files' paths)."""
+    try:
+        text, paths = _trace_failure(item, nextitem, st, failing_timings)
+    except Exception as exc:  # the picture must never hide the failure
+        text, paths = f"no trace: {type(exc).__name__}: {exc}", []
+    for path in paths:
+        text += f"\nwritten: {path}"
+    if not paths and _trace_dir(item.config) is None:
+        text += "\n(--timing-trace=DIR writes this race as a Perfetto trace and an SVG picture)"
+    for r in reports:
+        if r.failed:
+            r.sections.append(("pywheel.testing race", text))
+
+
 # ---- the replay line ---------------------------------------------------------
 #
 # It is the command as it was given, so that what the project passes on the
@@ -508,6 +618,7 @@ _FUZZ_DESTS = frozenset(
         "timing_max_jitter",
         "timing_seed",
         "timing_replay",
+        "timing_trace",
         "virtual_time",
     }
 )

@@ -70,14 +70,17 @@ def test_trace_of_a_known_program_has_its_lanes_and_events():
     labels = [(lane.kind, lane.label) for lane in trace.lanes]
     assert ("task", "task program()") in labels
     assert ("task", "task 'reader'") in labels
-    assert ("outside", "latency() in reader() at test_testing_trace.py:45") in labels
+    assert (
+        "outside",
+        "latency() in reader() at test_testing_trace.py:45 [task 'reader']",
+    ) in labels
     assert ("timer", "timer Cache.expire() of task 'reader'") in labels
     assert ("loop", "loop wake-ups") in labels
     story = [(e.lane.label, e.kind, round(e.at, 6), e.where) for e in trace.story()]
     assert story == [
         ("task program()", "step", 0.0, "program() at test_testing_trace.py:50"),
         ("task 'reader'", "step", 0.0, "reader() at test_testing_trace.py:45"),
-        ("latency() in reader() at test_testing_trace.py:45", "outside", 0.1, ""),
+        ("latency() in reader() at test_testing_trace.py:45 [task 'reader']", "outside", 0.1, ""),
         ("task 'reader'", "step", 0.1, "ended: returned"),
         ("task program()", "timer", 0.2, ""),  # its sleep's timer
         ("task program()", "step", 0.2, "program() at test_testing_trace.py:52"),
@@ -177,7 +180,10 @@ def test_divergence_is_the_first_change_of_order():
     text = testing.race_timeline(punctual, failing)
     assert len(text.splitlines()) <= 16
     assert "the runs part at t=" in text
-    assert "latency() in reader() at test_testing_trace.py:45 arrived 60 ms late" in text
+    assert (
+        "latency() in reader() at test_testing_trace.py:45 [task 'reader'] arrived 60 ms late"
+        in text
+    )
     assert testing._trace.divergence(punctual, _traced()[0]) is None
 
 
@@ -242,7 +248,7 @@ def test_perfetto_trace_follows_the_trace_event_format(tmp_path):
     }
     for pid in (1, 2):  # the failing run, and the punctual one beside it
         assert (pid, "task 'reader' (reader() at test_testing_trace.py:44)") in names
-        assert (pid, "latency() in reader() at test_testing_trace.py:45") in names
+        assert (pid, "latency() in reader() at test_testing_trace.py:45 [task 'reader']") in names
         assert (pid, "loop wake-ups") in names
     # the expiry fired in the punctual run only (the late reply armed it too late)
     assert (2, "timer Cache.expire() of task 'reader'") in names
@@ -310,7 +316,7 @@ def test_fuzz_failure_report_has_the_race_timeline(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "pywheel.testing race" in r.stdout, r.stdout
     assert "the runs part at t=" in r.stdout, r.stdout
-    assert "latency() in reader() at test_it.py:14 arrived" in r.stdout, r.stdout
+    assert "latency() in reader() at test_it.py:14 [task 'reader'] arrived" in r.stdout, r.stdout
     assert " ms late" in r.stdout
     assert "--timing-trace=DIR writes this race" in r.stdout
     assert not list(tmp_path.glob("*.svg"))

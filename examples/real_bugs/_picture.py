@@ -57,7 +57,7 @@ def inside(name: str, outdir: str) -> dict:
     assert run(shrunk, failing), "the minimized Timing does not fail when traced"
     os.makedirs(outdir, exist_ok=True)
     base = os.path.join(outdir, name)
-    title = f"{name} ({bug.REF}): {bug.PROMISE}"
+    title = f"{name}: {bug.PROMISE}"
     testing.draw_race(punctual, failing, base + ".svg", title=title)
     failing.write_perfetto(base + ".perfetto.json", punctual)
     text = testing.race_timeline(punctual, failing)

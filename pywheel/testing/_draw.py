@@ -48,17 +48,17 @@ _COLORS = {
 }
 
 
-def _lanes(punctual: Trace, failing: Trace) -> list[tuple[str, str]]:
-    """(label, kind) of every lane of the program, failing run first, then
-    the loop's wake-ups."""
+def _lanes(punctual: Trace, failing: Trace) -> list[tuple[str, str, str]]:
+    """(key, label, kind) of every lane of the program, the failing run's
+    first, then the loop's wake-ups (lanes of two runs match by key)."""
     order = ("task", "callback", "timer", "outside")
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str, str]] = {}
     for trace in (failing, punctual):
         for lane in trace.lanes:
-            if lane.kind in order and lane.label not in seen:
-                seen[lane.label] = lane.kind
-    lanes = sorted(seen.items(), key=lambda kv: order.index(kv[1]))
-    lanes.append(("loop wake-ups", "loop"))
+            if lane.kind in order and lane.key not in seen:
+                seen[lane.key] = (lane.key, lane.label, lane.kind)
+    lanes = sorted(seen.values(), key=lambda v: order.index(v[2]))
+    lanes.append(("loop", "loop wake-ups", "loop"))
     return lanes
 
 
@@ -131,9 +131,20 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
     (a ``.png`` path is converted with cairosvg or rsvg-convert, if one is
     installed: RuntimeError otherwise)."""
     d = divergence(punctual, failing)
-    lanes = _lanes(punctual, failing)
-    row_of = {label: i for i, (label, _) in enumerate(lanes)}
     t0, t1, whole = _window(punctual, failing, d)
+    # The lanes where something happens in the window (in either run); the
+    # others are only counted.
+    active = {
+        e.lane.key
+        for t in (punctual, failing)
+        for e in t.events
+        if e.end >= t0 and e.start <= t1 and e.kind != "wake"
+    }
+    active |= {x.lane.key for x in (d.failing, d.punctual) if x is not None} if d else set()
+    everything = _lanes(punctual, failing)
+    lanes = [lane for lane in everything if lane[0] in active or lane[2] == "loop"]
+    quiet = len(everything) - len(lanes)
+    row_of = {key: i for i, (key, _, _) in enumerate(lanes)}
     plot_x0, plot_x1 = LABEL_W, WIDTH - RIGHT
 
     def x(t: float) -> float:
@@ -156,6 +167,8 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
         weight="bold",
     )
     shown = "the whole run" if whole else f"t={_t(t0)} s to t={_t(t1)} s of the run"
+    if quiet:
+        shown += f" ({quiet} lanes with nothing in it not shown)"
     svg.text(
         12,
         40,
@@ -179,11 +192,12 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
         top = HEAD + 8 + k * (panel_h + PANEL_GAP)
         svg.text(12, top + 14, heading, 13, weight="bold")
         lanes_top = top + 22
-        for i, (label, _kind) in enumerate(lanes):
+        for i, (_key, label, _kind) in enumerate(lanes):
             y = lanes_top + i * ROW
             fill = "#f4f6f9" if i % 2 == 0 else "#ffffff"
             svg.add(f'<rect x="0" y="{y}" width="{WIDTH}" height="{ROW}" fill="{fill}"/>')
-            short = label if len(label) <= 46 else label[:44] + "…"
+            # too long: its start and its end (a lane's task is at the end)
+            short = label if len(label) <= 46 else label[:22] + "…" + label[-23:]
             svg.text(12, y + 14, short, 11, "#333", title=label)
         axis_y = lanes_top + len(lanes) * ROW
         svg.add(f'<line x1="{plot_x0}" y1="{axis_y}" x2="{plot_x1}" y2="{axis_y}" stroke="#888"/>')
@@ -198,11 +212,11 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
         life: dict[str, list[float]] = {}
         for e in trace.events:
             if e.lane.kind == "task":
-                span = life.setdefault(e.lane.label, [e.start, e.end])
+                span = life.setdefault(e.lane.key, [e.start, e.end])
                 span[0] = min(span[0], e.start)
                 span[1] = max(span[1], e.end)
         for label, (a, b) in life.items():
-            if b < t0 or a > t1:
+            if b < t0 or a > t1 or label not in row_of:
                 continue
             y = lanes_top + row_of[label] * ROW + ROW / 2
             svg.add(
@@ -219,8 +233,7 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
         for e in trace.events:
             if e.lane.kind == "internal":
                 continue
-            label = e.lane.label if e.lane.kind != "loop" else "loop wake-ups"
-            row = row_of.get(label)
+            row = row_of.get(e.lane.key if e.lane.kind != "loop" else "loop")
             if row is None or e.end < t0 or e.start > t1:
                 continue
             y = lanes_top + row * ROW
@@ -254,10 +267,10 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
                     )
         if d is not None:
             mine = d.failing if which == "failing" else d.punctual
-            if mine is not None and mine.lane.label in row_of:
+            if mine is not None and mine.lane.key in row_of:
                 at = mine.end if mine.kind in ("outside", "wake") else mine.start
                 mx = x(min(max(at, t0), t1))
-                my = lanes_top + row_of[mine.lane.label] * ROW + ROW / 2
+                my = lanes_top + row_of[mine.lane.key] * ROW + ROW / 2
                 svg.add(
                     f'<line x1="{mx:.1f}" y1="{lanes_top}" x2="{mx:.1f}" y2="{axis_y}" '
                     f'stroke="{_COLORS["divergence"]}" stroke-width="1.5" stroke-dasharray="5,3"/>'

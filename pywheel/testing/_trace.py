@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import weakref
 from asyncio import events as _events
 from asyncio import tasks as _tasks
@@ -50,6 +51,8 @@ from ._sites import (
 
 __all__ = ["Trace", "Event", "Lane", "Divergence", "divergence", "race_timeline"]
 
+_NUMBER = re.compile(r"\d+")
+
 #: Lane kinds, in the order the picture shows them.
 LANE_KINDS = ("task", "callback", "timer", "outside", "loop", "internal")
 
@@ -59,13 +62,18 @@ class Lane:
     a task, a callback or timer of the program, a source of the outside
     world, the loop's wake-ups, or asyncio's and pywheel's internals."""
 
-    __slots__ = ("index", "label", "kind", "detail")
+    __slots__ = ("index", "label", "kind", "detail", "key")
 
-    def __init__(self, index: int, label: str, kind: str, detail: str = "") -> None:
+    def __init__(self, index: int, label: str, kind: str, detail: str = "", key: str = "") -> None:
         self.index = index
         self.label = label
         self.kind = kind
         self.detail = detail
+        # What names the lane across two runs of one program: the label with
+        # its numbers as N (a name made from a process-wide counter, as
+        # "pool-45-worker-0", differs from run to run) and its place among
+        # the lanes of that name ("#2": the second to appear).
+        self.key = key or label
 
     @property
     def internal(self) -> bool:
@@ -107,7 +115,7 @@ class Event:
     def key(self) -> tuple:
         """What is compared between two runs: which lane, what happened,
         where the task went (never the times)."""
-        return (self.lane.label, self.kind, self.what, self.where)
+        return (self.lane.key, self.kind, _NUMBER.sub("N", self.what), self.where)
 
     def describe(self) -> str:
         """One line for people: "timer Cache._expire() ran", "task 'reader'
@@ -235,10 +243,19 @@ class Trace:
             n = self._labels.get(label, 0) + 1
             self._labels[label] = n
             shown = label if n == 1 else f"{label} #{n}"
-            lane = Lane(len(self.lanes), shown, kind, detail)
+            norm = _NUMBER.sub("N", label)
+            m = self._labels.get("\0" + norm, 0) + 1
+            self._labels["\0" + norm] = m
+            lane = Lane(len(self.lanes), shown, kind, detail, f"{norm} #{m}")
             self.lanes.append(lane)
             self._by_key[key] = lane
         return lane
+
+    def _outside_lane(self, site: str, owner) -> Lane:
+        task = self._task_lane(owner) if isinstance(owner, _tasks.Task) else None
+        if task is None or task.kind != "task":
+            return self._lane(("outside", site), site, "outside")
+        return self._lane(("outside", site, task.index), f"{site} [{task.label}]", "outside")
 
     def _internal_lane(self) -> Lane:
         return self._lane("internal", "asyncio/pywheel internals", "internal")
@@ -306,7 +323,9 @@ class Trace:
             # arrives) is made now, so it is noted on the send, in run
             # order; the arrival is its own event, when the timer runs.
             site, sent, jitter = pending
-            lane = self._lane(("outside", site), site, "outside")
+            # A lane per source: the call site, and the task it was sent
+            # from (three handlers at one line are three lanes).
+            lane = self._outside_lane(site, owner)
             decision = ("external", jitter) if jitter else None
             self._add("send", lane, sent, max(when, sent), "sent", "", when, decision)
         run._outside = pending
@@ -322,7 +341,7 @@ class Trace:
         outside = timer._outside
         if outside is not None:
             site, sent, _jitter = outside
-            lane = self._lane(("outside", site), site, "outside")
+            lane = self._outside_lane(site, timer._owner)
             return self._add("outside", lane, sent, start, "arrived", "", when)
         owner = timer._owner
         if internal_callback(callback):
@@ -595,14 +614,14 @@ def race_timeline(punctual: Trace, failing: Trace, *, lines: int = 15) -> str:
     seen: dict[str, int] = {}
     numbers = []
     for e in story_f:
-        n = seen.get(e.lane.label, 0)
-        seen[e.lane.label] = n + 1
+        n = seen.get(e.lane.key, 0)
+        seen[e.lane.key] = n + 1
         numbers.append(n)
     out.append("failing run (and the punctual run's same event of the same lane):")
     for i in range(lo, hi):
         e = story_f[i]
         mark = ">>" if i == d.index else "  "
-        p = same_place.get((e.lane.label, numbers[i]))
+        p = same_place.get((e.lane.key, numbers[i]))
         if i == d.index:
             p = d.punctual  # what the punctual run did here instead
             other = "punctual: ended" if p is None else f"punctual: t={_t(p.at)} {p.describe()}"
@@ -627,9 +646,9 @@ def _numbered(story: list[Event]) -> dict[tuple[str, int], Event]:
     seen: dict[str, int] = {}
     out = {}
     for e in story:
-        n = seen.get(e.lane.label, 0)
-        seen[e.lane.label] = n + 1
-        out[(e.lane.label, n)] = e
+        n = seen.get(e.lane.key, 0)
+        seen[e.lane.key] = n + 1
+        out[(e.lane.key, n)] = e
     return out
 
 

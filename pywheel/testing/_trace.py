@@ -237,16 +237,21 @@ class Trace:
         loop.call_at = loop._timing_call_at  # wraps each timer's callback
         loop._fast_timers = False
 
-    def _lane(self, key, label: str, kind: str, detail: str = "") -> Lane:
+    def _lane(self, key, label: str, kind: str, detail: str = "", match: str = "") -> Lane:
+        """The lane ``key`` names (made on first use).  ``match``: what names
+        it across runs (default: the label, numbers as N, and its place
+        among the lanes of that label: a task's)."""
         lane = self._by_key.get(key)
         if lane is None:
             n = self._labels.get(label, 0) + 1
             self._labels[label] = n
             shown = label if n == 1 else f"{label} #{n}"
-            norm = _NUMBER.sub("N", label)
-            m = self._labels.get("\0" + norm, 0) + 1
-            self._labels["\0" + norm] = m
-            lane = Lane(len(self.lanes), shown, kind, detail, f"{norm} #{m}")
+            if not match:
+                norm = _NUMBER.sub("N", label)
+                m = self._labels.get("\0" + norm, 0) + 1
+                self._labels["\0" + norm] = m
+                match = f"{norm} #{m}"
+            lane = Lane(len(self.lanes), shown, kind, detail, match)
             self.lanes.append(lane)
             self._by_key[key] = lane
         return lane
@@ -254,8 +259,10 @@ class Trace:
     def _outside_lane(self, site: str, owner) -> Lane:
         task = self._task_lane(owner) if isinstance(owner, _tasks.Task) else None
         if task is None or task.kind != "task":
-            return self._lane(("outside", site), site, "outside")
-        return self._lane(("outside", site, task.index), f"{site} [{task.label}]", "outside")
+            return self._lane(("outside", site), site, "outside", "", _NUMBER.sub("N", site))
+        label = f"{site} [{task.label}]"
+        match = f"{_NUMBER.sub('N', site)} [{task.key}]"
+        return self._lane(("outside", site, task.index), label, "outside", "", match)
 
     def _internal_lane(self) -> Lane:
         return self._lane("internal", "asyncio/pywheel internals", "internal")
@@ -297,7 +304,7 @@ class Trace:
             lane = self._internal_lane()
         else:
             site = callback_site(callback)
-            lane = self._lane(("callback", site), site, "callback")
+            lane = self._lane(("callback", site), site, "callback", "", _NUMBER.sub("N", site))
         return self._add("callback", lane, start, start, callback_site(callback))
 
     @staticmethod
@@ -352,11 +359,17 @@ class Trace:
         site = callback_site(callback)
         # A lane per callback and the task that armed it ("per timer owner").
         owner_lane = self._task_lane(owner) if isinstance(owner, _tasks.Task) else None
+        # (matched across runs by the owner's lane, not by the order timer
+        # lanes first appear: that order is what a race changes)
+        norm = _NUMBER.sub("N", site)
         if owner_lane is not None and owner_lane.kind == "task":
             label = f"timer {site} of {owner_lane.label}"
+            match = f"timer {norm} of {owner_lane.key}"
         else:
-            label = f"timer {site}"
-        lane = self._lane(("timer", site, owner_lane and owner_lane.index), label, "timer")
+            label, match = f"timer {site}", f"timer {norm}"
+        lane = self._lane(
+            ("timer", site, owner_lane and owner_lane.index), label, "timer", "", match
+        )
         return self._add("timer", lane, start, start, site, timer._armed, when)
 
     def _woke(self, due: float, woke: float) -> None:

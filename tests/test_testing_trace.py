@@ -338,3 +338,24 @@ def test_timing_trace_writes_perfetto_and_svg(tmp_path):
     assert f"written: {perfetto}" in r.stdout and f"written: {svg}" in r.stdout, r.stdout
     _check_trace_event_format(json.loads(perfetto.read_text()))
     ET.fromstring(svg.read_text())
+
+
+def test_trace_in_debug_mode_and_with_a_lent_timing():
+    """asyncio's debug mode (its own call_soon / call_at paths) and a Timing
+    lent to a traced loop and given back (the plugin's shared loops) keep
+    recording, and the run is the same as untraced."""
+    loop = testing.VirtualEventLoop(trace=True)
+    loop.set_debug(True)
+    try:
+        assert loop.run_until_complete(program()) is None
+        assert [e.lane.label for e in loop.trace.story()][:2] == ["task program()", "task 'reader'"]
+        timing = _late_jitter()
+        loop._lend_timing(timing)
+        assert loop.run_until_complete(program()) == "v"
+        loop._return_timing()
+        assert len(loop.trace.decisions) == 1
+        assert loop.run_until_complete(program()) is None
+    finally:
+        loop.close()
+    with pytest.raises(TypeError, match="nobody can read"):
+        testing.run(program(), trace=True)

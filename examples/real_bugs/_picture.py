@@ -8,7 +8,11 @@ hypothesis derandomized, generation only), keeps the decisions the failure
 needs (``Timing.minimize``), reruns the punctual run and the minimized one
 with a ``Trace`` each, and writes ``OUTDIR/NAME.svg``,
 ``OUTDIR/NAME.perfetto.json`` and ``OUTDIR/NAME.txt`` (the text timeline
-and the Timing).  Default OUTDIR: docs/images."""
+and the Timing).  Default OUTDIR: docs/images.  A bug on another CPython
+(psycopg's, 3.12) runs in a venv that has pywheel installed from a tree;
+``PYWHEEL_PICTURE_PATH=/a/tree/built/for/3.12`` puts that tree first instead
+(how docs/images/psycopg_pool_cancelled_getconn.svg was made: the venv's
+psycopg-pool 3.3.0, this tree's pywheel built in place for 3.12)."""
 
 import json
 import os
@@ -75,7 +79,10 @@ def main(argv) -> None:
 
     python, requirement = meta(name)["BUGGY"]
     vpy = _venv.ensure(requirement, python)
-    env = dict(os.environ, PYTHONPATH=os.environ.get("PYWHEEL_PICTURE_PATH", ""))
+    env = dict(os.environ)
+    if os.environ.get("PYWHEEL_PICTURE_PATH"):
+        # a tree built for the venv's Python, ahead of what the venv has
+        env["PYTHONPATH"] = os.environ["PYWHEEL_PICTURE_PATH"]
     r = subprocess.run(
         [str(vpy), os.path.abspath(__file__), "--inside", name, outdir], cwd=_ROOT, env=env
     )

@@ -11,6 +11,9 @@
   toward the punctual run and replay exactly.
 - ``call_external`` / ``latency``: events that stand for the outside world.
 - ``outside()``: declares work on another thread the loop must wait for.
+- ``Trace`` (``trace=`` of the loop and ``run``): what a run did, on virtual
+  time, in the program's words; ``Trace.write_perfetto``, ``draw_race`` (an
+  SVG of a punctual and a failing run) and ``race_timeline`` show a race.
 - A pytest plugin (``virtual_loop`` fixture, ``@pytest.mark.virtual_time``),
   registered through the ``pytest11`` entry point.
 

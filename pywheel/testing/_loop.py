@@ -1047,6 +1047,11 @@ def run(
                 f"def that calls run(), or mark the async def test with "
                 f"@pytest.mark.virtual_time"
             )
+        if trace is True:
+            raise TypeError(
+                "run(trace=True) would record into a Trace nobody can read: pass one, "
+                "tr = testing.Trace(); testing.run(main(), trace=tr), then read tr"
+            )
         loop = VirtualEventLoop(
             start=start,
             tick=tick,

@@ -257,14 +257,16 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
                 if e.seq in named and labels < 6 and xb + 4 >= label_end.get(row, 0.0):
                     labels += 1
                     label_end[row] = xb + 4 + width
-                    svg.text(
-                        xb + 4,
-                        y + 8,
-                        "+" + e.decision_text(),
-                        10,
-                        _COLORS["decision"],
-                        weight="bold",
-                    )
+                    # near the right edge the words go left of the mark, or
+                    # inside it if it is wide
+                    tx, anchor = xb + 4, "start"
+                    if xb + 4 + width > WIDTH - 4:
+                        if xa - 4 - width >= LABEL_W:
+                            tx, anchor = xa - 4, "end"
+                        else:
+                            tx = xa + 4
+                    red = _COLORS["decision"]
+                    svg.text(tx, y + 8, "+" + e.decision_text(), 10, red, anchor, weight="bold")
         if d is not None:
             mine = d.failing if which == "failing" else d.punctual
             if mine is not None and mine.lane.key in row_of:

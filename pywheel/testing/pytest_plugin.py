@@ -27,7 +27,11 @@ point, so installing pywheel is enough):
   ``_session.Context``); a run in which no VirtualEventLoop ran is an error;
   a failure's report shows the virtual time and a replay line (the command
   as it was given, the test, ``--timing-replay=TOKEN``) that reruns exactly
-  that schedule.
+  that schedule;
+- on such a failure, two more runs, traced (``testing.Trace``): the punctual
+  run and the failing Timings replayed; the report's "pywheel.testing race"
+  section says where the two runs part, and ``--timing-trace=DIR`` (ini
+  ``timing_trace``) writes DIR/<test>.perfetto.json and DIR/<test>.svg.
 
 It imports neither hypothesis, pytest-asyncio nor anyio.  To run tests of
 those plugins on virtual time, give them the loop factory (README, "Testing

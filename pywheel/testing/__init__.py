@@ -23,6 +23,7 @@ import asyncio
 import sys
 from typing import Any
 
+from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from ._loop import (
     DEFAULT_AUTOJUMP_THRESHOLD,
     DEFAULT_QUANTUM,
@@ -65,6 +66,17 @@ __all__ = [
     "run",
     "timings",
 ]
+
+
+# Every public class and function says it is pywheel.testing's (a report
+# reads pywheel.testing.DeadlockError, not pywheel.testing._loop.
+# DeadlockError), which is also where pickle looks it up.  The cost:
+# inspect.getsource() of a class looks in this file and does not find it.
+for _name in __all__:
+    _obj = globals().get(_name)
+    if isinstance(_obj, type) or callable(_obj):
+        _obj.__module__ = __name__
+del _name, _obj
 
 
 def call_external(delay: float, callback, *args: Any, context=None) -> Any:

@@ -55,6 +55,7 @@ from typing import Any
 
 import pytest
 
+from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from . import _session
 from ._timing import DEFAULT_BOUNDS, DEFAULT_MAX_COST, DEFAULT_MAX_JITTER, DEFAULT_MAX_LATE
 

@@ -509,6 +509,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     shown = None
     for k, schedule in enumerate(schedules):
+        _per_run_timeout(item, k, len(schedules) - 1, schedule, st)
         ctx = _context(item, st, schedule)
         saved = _session.enter(ctx)
         try:
@@ -532,6 +533,72 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+# ---- pytest-timeout -------------------------------------------------------
+#
+# pytest-timeout times the whole runtest protocol of a test (or its call
+# alone, with func_only), and a fuzzed test runs it N+1 times inside that
+# one protocol: one budget covered every run, so a test that takes 1 s
+# under --timeout=5 timed out at its sixth fuzz run.  What a user expects is
+# the budget of the test as it is without the fuzz: each run (its setup,
+# call and teardown) gets the whole budget, as each rerun of
+# pytest-rerunfailures does; a run that hangs still times out, naming its
+# run.  So before each run the timer is set afresh, through pytest-timeout's
+# own hooks (both methods, signal and thread).  A rerun of the fuzz (a
+# replay, a minimization) is a run like any other: its own budget.  With
+# func_only each call is timed already, and without pytest-timeout nothing
+# changes.
+
+_RUN = pytest.StashKey[str]()
+
+
+def _per_run_timeout(item: pytest.Item, k: int, n: int, schedule, st: _Settings) -> None:
+    """Gives fuzz run ``k`` of ``n`` of ``item`` pytest-timeout's whole
+    budget (if it is installed and on for this test)."""
+    plugin = item.config.pluginmanager.get_plugin("timeout")
+    settings_of = getattr(plugin, "_get_item_settings", None)
+    if settings_of is None:
+        return
+    try:
+        settings = settings_of(item)
+    except Exception:  # a bad timeout marker: pytest-timeout's own hooks say so
+        return
+    if not settings.timeout or settings.timeout <= 0 or settings.func_only:
+        return
+    if schedule is None:
+        item.stash[_RUN] = f"timing-fuzz run 0 of {n} (punctual)"
+    else:
+        what = "the --timing-replay run" if st.replay is not None else f"timing-fuzz run {k} of {n}"
+        item.stash[_RUN] = f"{what} (--timing-replay={schedule.token})"
+    _name_thread_timeouts(plugin)
+    hook = item.config.hook
+    hook.pytest_timeout_cancel_timer(item=item)
+    hook.pytest_timeout_set_timer(item=item, settings=settings)
+
+
+def _name_thread_timeouts(plugin) -> None:
+    """pytest-timeout's thread method ends the process from its timer
+    thread, printing stacks, before any report: it first says which fuzz
+    run timed out (the signal method's timeout fails the run, whose report
+    says it).  Wraps its module's ``timeout_timer``, once."""
+    original = getattr(plugin, "timeout_timer", None)
+    if original is None or getattr(original, "_pywheel_named", False):
+        return
+
+    def timeout_timer(item, settings):
+        run = item.stash.get(_RUN, None)
+        if run is not None:
+            try:
+                item.config.get_terminal_writer().line(
+                    f"pywheel.testing: {item.nodeid} timed out in {run}"
+                )
+            except Exception:  # the timeout must happen whatever the line does
+                pass
+        return original(item, settings)
+
+    timeout_timer._pywheel_named = True  # type: ignore[attr-defined]
+    plugin.timeout_timer = timeout_timer
 
 
 def _no_loop_ran(item, reports, k, st) -> bool:

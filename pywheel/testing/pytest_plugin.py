@@ -509,7 +509,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     shown = None
     for k, schedule in enumerate(schedules):
-        _per_run_timeout(item, k, len(schedules) - 1, schedule, st)
+        _per_run_timeout(item, _run_name(k, len(schedules) - 1, schedule, st))
         ctx = _context(item, st, schedule)
         saved = _session.enter(ctx)
         try:
@@ -553,9 +553,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
 _RUN = pytest.StashKey[str]()
 
 
-def _per_run_timeout(item: pytest.Item, k: int, n: int, schedule, st: _Settings) -> None:
-    """Gives fuzz run ``k`` of ``n`` of ``item`` pytest-timeout's whole
-    budget (if it is installed and on for this test)."""
+def _run_name(k: int, n: int, schedule, st: _Settings) -> str:
+    """'timing-fuzz run 3 of 100 (--timing-replay=TOKEN)'."""
+    if schedule is None:
+        return f"timing-fuzz run 0 of {n} (punctual)"
+    what = "the --timing-replay run" if st.replay is not None else f"timing-fuzz run {k} of {n}"
+    return f"{what} (--timing-replay={schedule.token})"
+
+
+def _per_run_timeout(item: pytest.Item, run: str) -> None:
+    """Gives one run of ``item`` (named ``run``, for the thread method's
+    dump) pytest-timeout's whole budget, if it is installed and on for this
+    test.  Call it before each run of a test's protocol (a rerun to
+    minimize a failure too)."""
     plugin = item.config.pluginmanager.get_plugin("timeout")
     settings_of = getattr(plugin, "_get_item_settings", None)
     if settings_of is None:
@@ -566,11 +576,7 @@ def _per_run_timeout(item: pytest.Item, k: int, n: int, schedule, st: _Settings)
         return
     if not settings.timeout or settings.timeout <= 0 or settings.func_only:
         return
-    if schedule is None:
-        item.stash[_RUN] = f"timing-fuzz run 0 of {n} (punctual)"
-    else:
-        what = "the --timing-replay run" if st.replay is not None else f"timing-fuzz run {k} of {n}"
-        item.stash[_RUN] = f"{what} (--timing-replay={schedule.token})"
+    item.stash[_RUN] = run
     _name_thread_timeouts(plugin)
     hook = item.config.hook
     hook.pytest_timeout_cancel_timer(item=item)

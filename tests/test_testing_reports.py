@@ -78,7 +78,7 @@ def reports(tmp_path_factory):
     out = {}
     for name, args in (("default", ()), ("full", ("--full-trace",))):
         tmp = tmp_path_factory.mktemp(name)
-        r = run_pytest(tmp, {"test_shapes.py": SHAPES}, "-p", "no:randomly", *args)
+        r = run_pytest(tmp, {"test_shapes.py": SHAPES}, *args)
         assert r.returncode == 1, r.stdout + r.stderr
         out[name] = sections(r.stdout)
         assert set(out[name]) == set(TESTS), r.stdout

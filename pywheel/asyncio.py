@@ -33,6 +33,7 @@ from asyncio import tasks as _tasks
 from typing import Any
 
 from . import _core
+from ._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 
 # EventLoopPolicy is not in __all__: it exists only where asyncio still has
 # policies, and a star import must not touch deprecated names.

@@ -26,6 +26,7 @@ import asyncio
 import sys
 from typing import Any
 
+from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from . import _trace
 from ._loop import (
     DEFAULT_AUTOJUMP_THRESHOLD,
@@ -133,3 +134,14 @@ async def latency(delay: float, result: Any = None) -> Any:
             finally:
                 trace._sent()
     return await asyncio.sleep(delay, result)
+
+
+# Every public class and function says it is pywheel.testing's (a report
+# reads pywheel.testing.DeadlockError, not pywheel.testing._loop.
+# DeadlockError), which is also where pickle looks it up.  The cost:
+# inspect.getsource() of a class looks in this file and does not find it.
+for _name in __all__:
+    _obj = globals().get(_name)
+    if isinstance(_obj, type) or callable(_obj):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -21,14 +21,16 @@ import itertools
 import math
 import os
 import threading as _threading
+import types
 import weakref
 from asyncio import events as _events
 from asyncio import tasks as _tasks
 from typing import Any
 
+from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
 from . import _agens, _clocks, _gc, _peers
-from ._sites import callback_site, internal_callback, task_site, timer_site
+from ._sites import callback_site, internal_callback, internal_code, task_site, timer_site
 from ._timing import Timing
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
@@ -446,7 +448,8 @@ class VirtualEventLoop(WheelEventLoop):
                             f"virtual time limit reached: waking {late!r} late for "
                             f"the timer due at t={target!r} would pass the limit "
                             f"t={self._limit_at!r} (now t={self._vtime!r}); the "
-                            f"Timing's late wake-ups need a larger limit{self._limit_context()}"
+                            f"Timing's late wake-ups need a larger limit"
+                            f"{self._limit_context(target)}"
                         )
                     woke = self._limit_at  # cleanup after the error: stay at it
                 target = woke
@@ -467,7 +470,7 @@ class VirtualEventLoop(WheelEventLoop):
                 f"(each iteration that does not sleep takes quantum="
                 f"{self._quantum!r} s) up to the limit t={self._limit_at!r}; a "
                 f"program that never stops on its own needs a larger limit "
-                f"or a way to end"
+                f"or a way to end{self._limit_context()}"
             ),
         )
 
@@ -573,7 +576,7 @@ class VirtualEventLoop(WheelEventLoop):
         more = f" (and {len(waiting) - 5} more)" if len(waiting) > 5 else ""
         return ("; waiting: " + "; ".join(lines) + more) if lines else ""
 
-    def _timer_owners(self) -> tuple[list[str], set]:
+    def _timer_owners(self, whens: dict | None = None) -> tuple[list[str], set]:
         """Who the pending timers belong to, for an error message: each
         timer's callback where it was defined (``tick() defined at x.py:12``),
         or, for asyncio's own (a sleep's wake-up, a timeout), the task that
@@ -581,7 +584,12 @@ class VirtualEventLoop(WheelEventLoop):
         the wheel keeps no Python-visible list of its handles (keeping one
         would cost every timer what only a failing run needs), so this walks
         what the collector's traverse of the wheel visits -- each pending
-        timer's callback and its arguments -- in no particular order."""
+        timer's callback and its arguments -- in no particular order.
+
+        ``whens``, if given, gets each site's deadlines where they can be
+        found without the wheel: a sleep's or ``wait_for``'s handle in the
+        frames of the task that waits, an ``asyncio.timeout``'s own handle
+        (a bare ``call_later`` callback's handle is the wheel's alone)."""
         tasks = [t for t in _tasks.all_tasks(self) if not t.done()]
         by_waiter = {}
         for t in tasks:
@@ -591,9 +599,13 @@ class VirtualEventLoop(WheelEventLoop):
         sites: list[str] = []
         owners: set = set()
 
-        def add(site: str) -> None:
+        def add(site: str, handles=()) -> None:
             if site not in sites:
                 sites.append(site)
+            if whens is not None:
+                for h in handles:
+                    if _pending_handle(h):
+                        whens.setdefault(site, set()).add(h.when())
 
         for obj in gc.get_referents(self._wheel):
             if isinstance(obj, tuple):  # a timer's arguments: a sleep's future
@@ -601,7 +613,8 @@ class VirtualEventLoop(WheelEventLoop):
                     task = by_waiter.get(id(arg))
                     if task is not None:
                         owners.add(task)
-                        add(f"{task_site(task)} (sleeping)")
+                        handles = () if whens is None else _handles_in(_await_frames(task))
+                        add(f"{task_site(task)} (sleeping)", handles)
                 continue
             if isinstance(obj, type) or not callable(obj):
                 continue
@@ -611,32 +624,77 @@ class VirtualEventLoop(WheelEventLoop):
                 continue  # the wheel's own (its error forwarder)
             if internal_callback(obj):
                 # asyncio.timeout()'s expiry names the task it would cancel.
-                task = getattr(getattr(obj, "__self__", None), "_task", None)
+                timeout = getattr(obj, "__self__", None)
+                task = getattr(timeout, "_task", None)
                 if isinstance(task, _tasks.Task):
                     owners.add(task)
-                    add(f"{task_site(task)} (a timeout)")
+                    add(f"{task_site(task)} (a timeout)", [getattr(timeout, "_timeout_handler", 0)])
                 continue
             add(_defined_at(obj))
         return sites, owners
 
-    def _limit_context(self) -> str:
-        """What every TimeLimitError ends with: whose timers are pending (a
-        repeating one is what keeps such a run going) and which tasks wait
-        for something else."""
+    def _next_owner(self, target: float, sites: list[str], whens: dict) -> str:
+        """'; the next timer, due at t=..., is <site>': whose timer the run
+        would have woken for, where that can be told.  Under a Timing that
+        wakes late the loop records every timer's owner; otherwise a site
+        whose deadline was found is matched, and a lone site whose deadline
+        could not be (a bare call_later callback) is the one by elimination."""
+        due = "; the next timer is: "
+        if self._max_late and self._timing is not None:
+            self._prune_timers()
+            timers = self._timers
+            if timers and timers[0][0] == target:
+                owner = timers[0][3]
+                if isinstance(owner, _tasks.Task):
+                    return due + task_site(owner)
+                return due + _defined_at(owner)
+        matched = [site for site in sites if target in whens.get(site, ())]
+        if not matched:
+            matched = [site for site in sites if site not in whens]
+            if len(matched) > 1:
+                return "; the next timer is one of: " + "; ".join(matched[:5])
+        return due + matched[0] if matched else ""
+
+    def _limit_context(self, target: float | None = None) -> str:
+        """What every TimeLimitError ends with: the next timer's owner, when
+        the run ends at a timer (``target``); whose timers are pending (a
+        repeating one is what keeps such a run going); which tasks wait for
+        something else; and, for a run the quantum or a Timing's costs carried
+        to the limit, which callbacks were ready (what kept the loop busy)."""
         try:
-            sites, owners = self._timer_owners()
+            whens: dict = {}
+            sites, owners = self._timer_owners(whens)
+            nxt = "" if target is None else self._next_owner(target, sites, whens)
             shown = "; ".join(sites[:5]) + (f" (and {len(sites) - 5} more)" if sites[5:] else "")
             timers = f"; timers pending: {shown}" if sites else ""
-            return timers + self._waiting_sites(skip=owners)
+            ready, busy = self._ready_sites()
+            return nxt + timers + self._waiting_sites(skip=owners | busy) + ready
         except Exception as exc:  # a description must never hide the error
             return f"; (pending timers not named: {type(exc).__name__})"
+
+    def _ready_sites(self) -> tuple[str, set]:
+        """'; ready: task in spin() at x.py:5; ...': the callbacks queued to
+        run (at most five named), and the tasks among them."""
+        names: list[str] = []
+        tasks = set()
+        for handle in list(self._ready):
+            if handle.cancelled():
+                continue
+            owner = getattr(handle._callback, "__self__", None)
+            if isinstance(owner, _tasks.Task):
+                tasks.add(owner)
+            name = callback_site(handle._callback)
+            if name not in names:
+                names.append(name)
+        more = " (and more)" if len(names) > 5 else ""
+        return ("; ready: " + "; ".join(names[:5]) + more) if names else "", tasks
 
     def _limit_message(self, target: float) -> str:
         return (
             f"virtual time limit reached: the next timer is due at t={target!r}, "
             f"past the limit t={self._limit_at!r} (now t={self._vtime!r}); a "
             f"program that never stops on its own (a repeating timer?) needs a "
-            f"larger limit or a way to end{self._limit_context()}"
+            f"larger limit or a way to end{self._limit_context(target)}"
         )
 
     def _set_limit(self, limit: float) -> None:
@@ -814,6 +872,9 @@ class VirtualEventLoop(WheelEventLoop):
         start = self._vtime
         try:
             return super().run_until_complete(future)
+        except VirtualTimeError as exc:
+            _surface(exc, future)
+            raise
         except Exception as exc:
             _note_virtual_time(exc, start, self._vtime)
             raise
@@ -895,6 +956,49 @@ class VirtualEventLoop(WheelEventLoop):
 on_run = None
 
 
+def _await_frames(task) -> list:
+    """The frames of a task's await chain, outermost first."""
+    frames = []
+    coro = task.get_coro()
+    while coro is not None and len(frames) < 64:
+        frame = (
+            getattr(coro, "cr_frame", None)
+            or getattr(coro, "ag_frame", None)
+            or getattr(coro, "gi_frame", None)
+        )
+        if frame is None:
+            break
+        frames.append(frame)
+        coro = (
+            getattr(coro, "cr_await", None)
+            or getattr(coro, "ag_await", None)
+            or getattr(coro, "gi_yieldfrom", None)
+        )
+    return frames
+
+
+def _pending_handle(h) -> bool:
+    """A timer handle (pywheel's or asyncio's) still pending."""
+    return (
+        type(h).__name__.endswith("TimerHandle")
+        and callable(getattr(h, "when", None))
+        and not h.cancelled()
+    )
+
+
+def _handles_in(frames) -> list:
+    """The pending timer handles the frames hold in their locals (a sleep's
+    ``h``, ``wait_for``'s ``timeout_handle``)."""
+    found = []
+    for frame in frames:
+        try:
+            values = list(frame.f_locals.values())
+        except Exception:
+            continue
+        found += [v for v in values if _pending_handle(v)]
+    return found
+
+
 def _defined_at(callback) -> str:
     """'tick() defined at x.py:12' (a callable object: its class's __call__)."""
     func = getattr(callback, "func", callback)  # functools.partial
@@ -909,6 +1013,47 @@ def _defined_at(callback) -> str:
     if code is None:
         return name
     return f"{name} defined at {os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def _surface(exc: VirtualTimeError, future) -> None:
+    """The loop's error ends its traceback where the program waits: the
+    frames of the task ``run_until_complete`` waits for (the test), each
+    coroutine it awaits, and on into a task it awaits, innermost last.
+
+    The loop raises it from inside its own iteration, where no frame of the
+    program is on the stack: the traceback held only the loop's frames,
+    and pytest's report, which starts at the test's own frame when it finds
+    one, printed all of them instead.  The frames are appended after the
+    loop's (pytest hides those, and shows everything with --full-trace), as
+    if the error had been thrown in at the await -- it is not: nothing runs
+    in the program, which is left as it was for the cleanup that follows.
+    Once per exception."""
+    if getattr(exc, "_pywheel_surfaced", False):
+        return
+    frames = []
+    seen = 0
+    task = future
+    while isinstance(task, asyncio.Task) and not task.done() and seen < 8:
+        seen += 1
+        frames += _await_frames(task)
+        task = getattr(task, "_fut_waiter", None)
+    # Where it waits inside asyncio (Event.wait(), a sleep) is not the
+    # program's story: it ends at its own innermost await.
+    while len(frames) > 1 and internal_code(frames[-1].f_code):
+        frames.pop()
+    tb = exc.__traceback__
+    if not frames or tb is None:
+        return
+    try:
+        chain = None
+        for frame in reversed(frames):
+            chain = types.TracebackType(chain, frame, frame.f_lasti, frame.f_lineno)
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        tb.tb_next = chain
+        exc._pywheel_surfaced = True  # type: ignore[attr-defined]
+    except Exception:  # a traceback is help, never a reason to fail differently
+        pass
 
 
 _NOTE = "pywheel.testing: the run "

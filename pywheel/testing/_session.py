@@ -46,6 +46,7 @@ import weakref
 from asyncio import events as _events
 from typing import Any
 
+from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from ._timing import Timing, _check_max
 
 #: How often a run perturbs a decision: one of these, drawn per run.

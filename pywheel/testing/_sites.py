@@ -64,6 +64,12 @@ def callback_site(callback) -> str:
     return _type_name(callback)  # a callable object: its class, never its address
 
 
+def internal_code(code) -> bool:
+    """Code of asyncio's or pywheel's own."""
+    fn = code.co_filename
+    return fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)
+
+
 def internal_callback(callback) -> bool:
     """A callback written in Python inside asyncio or pywheel (a sleep's
     wake-up, asyncio.timeout's expiry): it only resolves a future or

@@ -59,6 +59,7 @@ from typing import Any
 
 import pytest
 
+from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from . import _session
 from ._timing import DEFAULT_BOUNDS, DEFAULT_MAX_COST, DEFAULT_MAX_JITTER, DEFAULT_MAX_LATE
 
@@ -76,28 +77,126 @@ from ._timing import DEFAULT_BOUNDS, DEFAULT_MAX_COST, DEFAULT_MAX_JITTER, DEFAU
 DEFAULT_LIMIT = 7200.0
 
 
+_LIMIT_TAKES = "seconds >= 0 (e.g. 60), or none for no limit"
+
+
 def _limit_value(text) -> float | None:
     """A limit as the option, the ini file or the marker gives it: seconds
     >= 0, or none / inf / None for no limit."""
     if text is None or (isinstance(text, str) and text.strip().lower() in ("none", "inf")):
         return None
-    if isinstance(text, bool):
-        raise ValueError(f"a virtual-time limit is seconds or none, not {text!r}")
-    value = float(text)
+    value = _number(text, _LIMIT_TAKES)
     if math.isinf(value) and value > 0:
         return None
     if not value >= 0:
-        raise ValueError(f"a virtual-time limit must be >= 0 seconds (or none), got {text!r}")
+        raise ValueError(f"{text!r} is not >= 0: a virtual-time limit is {_LIMIT_TAKES}")
     return value
+
+
+# ---- option values -----------------------------------------------------------
+#
+# Each option's value is checked where argparse reads it (a bad one is a
+# pytest UsageError, ``argument --option: ...``), by a function that says
+# what was given and what the option takes, and never only what Python's
+# float() or int() said about it.
+
+
+def _number(text, takes: str) -> float:
+    """``text`` as a float, or ValueError saying what it takes."""
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise ValueError(f"{text!r} is not a number: it takes {takes}")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value):
+        raise ValueError(f"{text!r} is not a number: it takes {takes}")
+    return value
+
+
+def _option_type(check):
+    """An argparse ``type=`` from ``check(text)``, whose ValueError is the
+    option's message."""
+
+    def convert(text: str):
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = check.__name__  # argparse names a refused value's type by it
+    return convert
 
 
 def _limit_option(text: str) -> float:
     """--virtual-time-limit's value (inf for none: None means not given)."""
-    try:
-        value = _limit_value(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    value = _limit_value(text)
     return math.inf if value is None else value
+
+
+_QUANTUM_TAKES = "0, or seconds >= 1e-9 (the clock keeps whole nanoseconds), e.g. 1e-05"
+
+
+def _quantum_option(text: str) -> float:
+    value = _number(text, _QUANTUM_TAKES)
+    if not (value == 0 or 1e-9 <= value < math.inf):
+        raise ValueError(f"{text!r} is out of range: it takes {_QUANTUM_TAKES}")
+    return value
+
+
+def _whole(text: str, takes: str, lo: int | None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number: it takes {takes}") from None
+    if lo is not None and value < lo:
+        raise ValueError(f"{text!r} is below {lo}: it takes {takes}")
+    return value
+
+
+def _fuzz_option(text: str) -> int:
+    return _whole(text, "a whole number of runs >= 0 (e.g. 100; 0: no fuzz)", 0)
+
+
+def _seed_option(text: str) -> int:
+    return _whole(text, "a whole number (e.g. 0)", None)
+
+
+_BOUND_TAKES = "seconds, a finite number >= 0 (e.g. 0.02)"
+
+
+def _bound_option(text: str) -> float:
+    value = _number(text, _BOUND_TAKES)
+    if not (0 <= value < math.inf):
+        raise ValueError(f"{text!r} is out of range: it takes {_BOUND_TAKES}")
+    return value
+
+
+#: The options that only mean something with --timing-fuzz=N.
+_FUZZ_ONLY = ("--timing-max-late", "--timing-max-cost", "--timing-max-jitter", "--timing-seed")
+
+
+def _check_fuzz_only(config: pytest.Config, fuzz: int, replay) -> None:
+    """A bound or seed given on the command line without --timing-fuzz=N
+    does nothing: a UsageError rather than a run that looks fuzzed and is
+    not.  Given in the ini file's addopts (or PYTEST_ADDOPTS) it is the
+    project's standing choice for when the fuzz is on: left alone."""
+    if fuzz and replay is None:
+        return
+    for arg in config.invocation_params.args:
+        arg = str(arg)
+        name = arg.partition("=")[0]
+        if name in _FUZZ_ONLY:
+            arg = f"{name}={config.getoption(name[2:].replace('-', '_'))}"
+            if replay is not None:
+                raise pytest.UsageError(
+                    f"{arg} does nothing with --timing-replay: the token carries the "
+                    f"bounds and seed of the run it replays; drop {name}"
+                )
+            raise pytest.UsageError(
+                f"{arg} does nothing without --timing-fuzz=N (N >= 1, the runs under "
+                f"drawn Timings): add --timing-fuzz=N, or drop {name}"
+            )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -120,7 +219,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--virtual-time-limit",
-        type=_limit_option,
+        type=_option_type(_limit_option),
         default=None,
         metavar="SECONDS",
         help="virtual seconds a test may pass on each loop the plugin makes or configures "
@@ -129,7 +228,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--virtual-time-quantum",
-        type=float,
+        type=_option_type(_quantum_option),
         default=None,
         metavar="SECONDS",
         help="virtual seconds each loop iteration that does not jump takes, in every "
@@ -138,7 +237,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--timing-fuzz",
-        type=int,
+        type=_option_type(_fuzz_option),
         default=0,
         metavar="N",
         help="run each async test N more times under drawn Timings (implies --virtual-time; "
@@ -153,7 +252,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     ):
         group.addoption(
             f"--timing-max-{name}",
-            type=float,
+            type=_option_type(_bound_option),
             default=None,
             metavar="SECONDS",
             help=f"--timing-fuzz: {what} (seconds; default {DEFAULT_BOUNDS['max_' + name]} "
@@ -161,7 +260,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         )
     group.addoption(
         "--timing-seed",
-        type=int,
+        type=_option_type(_seed_option),
         default=0,
         help="--timing-fuzz: the seed the schedules are drawn from (default 0)",
     )
@@ -249,6 +348,7 @@ def _settings(config: pytest.Config) -> _Settings:
         st.replay = _session.Schedule.parse(token) if token is not None else None
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_fuzz_only(config, st.fuzz, st.replay)
     on = config.getoption("virtual_time", None)
     if on is None:
         on = bool(config.getini("virtual_time"))
@@ -426,6 +526,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     shown = None
     for k, schedule in enumerate(schedules):
+        _per_run_timeout(item, _run_name(k, len(schedules) - 1, schedule, st))
         ctx = _context(item, st, schedule)
         saved = _session.enter(ctx)
         try:
@@ -450,6 +551,78 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+# ---- pytest-timeout -------------------------------------------------------
+#
+# pytest-timeout times the whole runtest protocol of a test (or its call
+# alone, with func_only), and a fuzzed test runs it N+1 times inside that
+# one protocol: one budget covered every run, so a test that takes 1 s
+# under --timeout=5 timed out at its sixth fuzz run.  What a user expects is
+# the budget of the test as it is without the fuzz: each run (its setup,
+# call and teardown) gets the whole budget, as each rerun of
+# pytest-rerunfailures does; a run that hangs still times out, naming its
+# run.  So before each run the timer is set afresh, through pytest-timeout's
+# own hooks (both methods, signal and thread).  A rerun of the fuzz (a
+# replay, a minimization) is a run like any other: its own budget.  With
+# func_only each call is timed already, and without pytest-timeout nothing
+# changes.
+
+_RUN = pytest.StashKey[str]()
+
+
+def _run_name(k: int, n: int, schedule, st: _Settings) -> str:
+    """'timing-fuzz run 3 of 100 (--timing-replay=TOKEN)'."""
+    if schedule is None:
+        return f"timing-fuzz run 0 of {n} (punctual)"
+    what = "the --timing-replay run" if st.replay is not None else f"timing-fuzz run {k} of {n}"
+    return f"{what} (--timing-replay={schedule.token})"
+
+
+def _per_run_timeout(item: pytest.Item, run: str) -> None:
+    """Gives one run of ``item`` (named ``run``, for the thread method's
+    dump) pytest-timeout's whole budget, if it is installed and on for this
+    test.  Call it before each run of a test's protocol (a rerun to
+    minimize a failure too)."""
+    plugin = item.config.pluginmanager.get_plugin("timeout")
+    settings_of = getattr(plugin, "_get_item_settings", None)
+    if settings_of is None:
+        return
+    try:
+        settings = settings_of(item)
+    except Exception:  # a bad timeout marker: pytest-timeout's own hooks say so
+        return
+    if not settings.timeout or settings.timeout <= 0 or settings.func_only:
+        return
+    item.stash[_RUN] = run
+    _name_thread_timeouts(plugin)
+    hook = item.config.hook
+    hook.pytest_timeout_cancel_timer(item=item)
+    hook.pytest_timeout_set_timer(item=item, settings=settings)
+
+
+def _name_thread_timeouts(plugin) -> None:
+    """pytest-timeout's thread method ends the process from its timer
+    thread, printing stacks, before any report: it first says which fuzz
+    run timed out (the signal method's timeout fails the run, whose report
+    says it).  Wraps its module's ``timeout_timer``, once."""
+    original = getattr(plugin, "timeout_timer", None)
+    if original is None or getattr(original, "_pywheel_named", False):
+        return
+
+    def timeout_timer(item, settings):
+        run = item.stash.get(_RUN, None)
+        if run is not None:
+            try:
+                item.config.get_terminal_writer().line(
+                    f"pywheel.testing: {item.nodeid} timed out in {run}"
+                )
+            except Exception:  # the timeout must happen whatever the line does
+                pass
+        return original(item, settings)
+
+    timeout_timer._pywheel_named = True  # type: ignore[attr-defined]
+    plugin.timeout_timer = timeout_timer
 
 
 def _no_loop_ran(item, reports, k, st) -> bool:

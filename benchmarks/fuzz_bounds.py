@@ -74,6 +74,17 @@ def _subset(suite: str) -> str:
     return key
 
 
+def _only(suite: str, tests: list[str]) -> str:
+    """The subset's options with these tests instead of its files (all
+    of the subset if none)."""
+    if not tests:
+        return _subset(suite)
+    key = f"{suite}:only"
+    opts = [a for a in SUBSETS[suite] if not a.endswith(".py")]
+    vs.SUITES[key] = dict(vs.SUITES[suite], args=[*opts, *tests], venv=suite)
+    return key
+
+
 def _probe(out: str, name: str) -> str:
     path = os.path.join(out, name + ".probe")
     if os.path.exists(path):
@@ -137,11 +148,34 @@ def measure(suite: str, args, out: str) -> dict:
     if broke and args.recheck:
         for r in range(args.recheck):
             probe = _probe(out, f"{suite}-recheck-r{r}")
-            run = vs.run(key, "stock", out, f"-bounds-recheck-r{r}", args.cache, args.timeout,
-                         ["-p", "fuzz_probe", *sorted(broke)])  # fmt: skip
+            vs.run(_only(suite, sorted(broke)), "stock", out, f"-bounds-recheck-r{r}",
+                   args.cache, args.timeout, ["-p", "fuzz_probe"])  # fmt: skip
             for t in _failures(probe):
                 flaky[t] = flaky.get(t, 0) + 1
     res["recheck"] = {"rounds": args.recheck, "stock_failures": flaky}
+    if args.timers:
+        # What "bounds derived from the timers the test arms" would read:
+        # each broken test's timer delays in a punctual run.
+        path = os.path.join(out, f"{suite}-timers.jsonl")
+        if os.path.exists(path):
+            os.remove(path)
+        os.environ["TIMER_PROBE_OUT"] = path
+        vs.run(_only(suite, sorted(broke)), "virtual", out, "-bounds-timers", args.cache,
+               args.timeout, ["-p", "timer_probe"])  # fmt: skip
+        os.environ.pop("TIMER_PROBE_OUT")
+        res["timers"] = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    rec = json.loads(line)
+                    d = sorted(rec["delays"])
+                    if d:
+                        res["timers"][rec["nodeid"]] = {
+                            "n": len(d),
+                            "min": d[0],
+                            "median": d[len(d) // 2],
+                            "max": d[-1],
+                        }
     return res
 
 
@@ -149,6 +183,14 @@ def _log(suite: str, what: str, run: dict) -> None:
     n = sum(1 for o in run["outcomes"].values() if o == "pass")
     print(f"[fuzz_bounds] {suite:10} {what:10} {run['wall']:6.1f} s  {n} passed  "
           f"exit {run['rc']}  load {run['load']:.1f}", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _timers(res: dict, test: str) -> str:
+    t = res.get("timers", {}).get(test)
+    if not t:
+        return ""
+    return (f" [punctual run's timers: {t['n']}, shortest {t['min']:.3g} s, median "
+            f"{t['median']:.3g} s, longest {t['max']:.3g} s]")  # fmt: skip
 
 
 def markdown(results: list[dict], runs: int, top: float) -> str:
@@ -175,6 +217,7 @@ def markdown(results: list[dict], runs: int, top: float) -> str:
                              + f" ({r['when']}): {r['error']}"
                              + (f" [stock recheck: failed {flaky}/{res['recheck']['rounds']}]"
                                 if flaky else "")
+                             + _timers(res, t)
                              + f" — `--timing-replay={r['token']}`")  # fmt: skip
         cells.append(str(len(punctual - set(res["stock_failed"]))))
         lines.append("| " + " | ".join(cells) + " |")
@@ -189,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stock-rounds", type=int, default=2)
     ap.add_argument("--recheck", type=int, default=3,
                     help="stock reruns of the tests a fuzz run broke")  # fmt: skip
+    ap.add_argument("--timers", action="store_true",
+                    help="also record the timers each broken test arms (punctual run)")  # fmt: skip
     ap.add_argument("--cache", default=vs.CACHE)
     ap.add_argument("--out", help="default: <cache>/results")
     ap.add_argument("--timeout", type=float, default=1200, help="per pytest run, seconds")

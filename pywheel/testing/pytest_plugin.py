@@ -21,7 +21,9 @@ point, so installing pywheel is enough):
   plugin makes (unless the marker says; 0: exact readings);
 - ``--timing-fuzz=N`` with ``--timing-max-late``/``--timing-max-cost``/
   ``--timing-max-jitter`` (with none given, ``timings()``'s defaults; given
-  any, the others are 0) and ``--timing-seed``: each async test runs once
+  any, the others are 0), ``--timing-seed`` and ``--timing-escalate=TOP``
+  (the runs climb a ladder of those bounds times 1, 2.5, 5, ... up to TOP,
+  and a failure names its level: ``_session.schedules``): each async test runs once
   punctually and then N more times under drawn Timings, on whatever loop it
   runs on (a module- or session-scoped loop is lent each run's Timing: see
   ``_session.Context``); a run in which no VirtualEventLoop ran is an error;

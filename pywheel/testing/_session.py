@@ -98,6 +98,108 @@ class Schedule:
         )
 
 
+# ---- bounds that fit the program: the escalation ladder ---------------------
+#
+# ``--timing-escalate=TOP``: the N runs of a test climb a ladder of levels,
+# multiples of the given (or default) bounds, 1, 2.5, 5, 10, 25, ... up to
+# TOP, in blocks (the runs are split as evenly as they go, lowest level
+# first); run k keeps the seed it has without the option, so the runs at
+# level 1 are exactly the fixed-bounds runs, and a test's runs are the same
+# for the same command.  Because the runs climb, the first failure is at
+# the smallest level that broke the test among those tried, and the report
+# names it: that level is the answer to "how large must the bounds be", and
+# the user can judge it against the program's own timeouts (a failure that
+# needs the loop to stall for as long as the test's own 100 ms deadline is
+# the machine being slower than the test allows, not a race).  Each run's
+# token carries its own (scaled) bounds: the replay needs nothing else.
+#
+# Left for later, deriving the bounds from the timers the punctual run 0
+# arms: a test's timers mix the delays that race (a 100 ms keepalive) with
+# guards meant never to fire (a 10 s wait_for, a pool's 3600 s recycling),
+# and a wrong guess is silent (too small: no signal) or loud (too large:
+# every guard fires); it would also need a hook on every timer of the
+# punctual run.  On six real suites (benchmarks/fuzz_bounds.py --timers)
+# every failure the ladder found was a margin of the test's own, at a
+# max_late of half the shortest timer the test armed or more, but the
+# synthetic lease race of tests/test_timing_escalate.py breaks at 0.43 of
+# its own: no line a derivation could draw.  The ladder spans the range in a
+# handful of runs, is a pure function of the seed, and states its answer in
+# the units the user set.  Off by default: with it, a level's bounds can exceed
+# what a test's own deadlines tolerate, and that failure is for the user to
+# judge, not for a plain ``--timing-fuzz`` run to raise.
+
+#: The ladder's steps below TOP (TOP itself is always the last level).
+_STEPS = (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0)
+#: The largest TOP accepted (the defaults times 1000: a 20 s late wake-up).
+MAX_ESCALATE = 1000.0
+
+
+class Rung(Schedule):
+    """A schedule of an escalating fuzz: its ``level`` (the factor its bounds
+    are of the base bounds), ``index`` among the ``levels`` and the ``runs``
+    (first, last) each level got."""
+
+    __slots__ = ("level", "levels", "index", "runs")
+
+    def describe(self) -> str:
+        """The report's line: the level that broke the test, and those passed."""
+        names = ", ".join(f"x{f:g}" for f, _ in self.levels)
+        line = (
+            f"bounds at level x{self.level:g} of the ladder {names} (max_late="
+            f"{self.max_late!r}, max_cost={self.max_cost!r}, max_jitter={self.max_jitter!r}): "
+            f"the smallest level that broke the test"
+        )
+        below = [(f, r) for f, r in self.levels[: self.index] if r is not None]
+        if below:
+            passed = ", ".join(f"x{f:g} (runs {a}-{b})" if a != b else f"x{f:g} (run {a})"
+                               for f, (a, b) in below)  # fmt: skip
+            line += f"; passed at {passed}"
+        return (
+            line + ": a margin exceeded, the program's (a race on a loaded machine) or "
+            "the test's own (an assertion of how long something takes): README, 'Sizing "
+            "the bounds'"
+        )
+
+
+def ladder(top: float) -> list[float]:
+    """The levels up to ``top`` (>= 1): 1, 2.5, 5, 10, 25, ... below it, then it."""
+    return [f for f in _STEPS if f < top] + [float(top)]
+
+
+def schedules(
+    bounds: tuple[float, float, float],
+    seed: int,
+    nodeid: str,
+    runs: int,
+    escalate: float | None = None,
+) -> list[Schedule]:
+    """The ``runs`` fuzz runs of one test (the punctual run 0 not included):
+    each ``bounds`` (``escalate`` None), or climbing the ladder up to
+    ``escalate`` times them (see above)."""
+    late, cost, jitter = bounds
+    seeds = [seed_for(seed, nodeid, k) for k in range(1, runs + 1)]
+    if escalate is None:
+        return [Schedule(late, cost, jitter, s) for s in seeds]
+    factors = ladder(escalate)
+    n = len(factors)
+    if runs >= n:  # blocks, lowest first: every level gets runs // n or one more
+        index = [k * n // runs for k in range(runs)]
+    else:  # fewer runs than levels: spread them, the first and the top kept
+        index = [round(k * (n - 1) / (runs - 1)) if runs > 1 else 0 for k in range(runs)]
+    spans: list = [None] * n
+    for k, i in enumerate(index, 1):
+        spans[i] = (spans[i][0] if spans[i] else k, k)
+    levels = tuple(zip(factors, spans, strict=True))
+    out: list[Schedule] = []
+    for k, s in enumerate(seeds):
+        f = factors[index[k]]
+        rung = Rung(round(late * f, 9), round(cost * f, 9), round(jitter * f, 9), s)
+        rung.level, rung.levels, rung.index = f, levels, index[k]
+        rung.runs = spans[index[k]]
+        out.append(rung)
+    return out
+
+
 def seed_for(base: int, nodeid: str, run: int) -> int:
     digest = hashlib.blake2b(f"{base}\0{nodeid}\0{run}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")

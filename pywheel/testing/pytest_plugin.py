@@ -21,7 +21,9 @@ point, so installing pywheel is enough):
   plugin makes (unless the marker says; 0: exact readings);
 - ``--timing-fuzz=N`` with ``--timing-max-late``/``--timing-max-cost``/
   ``--timing-max-jitter`` (with none given, ``timings()``'s defaults; given
-  any, the others are 0) and ``--timing-seed``: each async test runs once
+  any, the others are 0), ``--timing-seed`` and ``--timing-escalate=TOP``
+  (the runs climb a ladder of those bounds times 1, 2.5, 5, ... up to TOP,
+  and a failure names its level: ``_session.schedules``): each async test runs once
   punctually and then N more times under drawn Timings, on whatever loop it
   runs on (a module- or session-scoped loop is lent each run's Timing: see
   ``_session.Context``); a run in which no VirtualEventLoop ran is an error;
@@ -259,6 +261,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             "if no --timing-max-* is given, else 0)",
         )
     group.addoption(
+        "--timing-escalate",
+        type=float,
+        default=None,
+        metavar="TOP",
+        help="--timing-fuzz: the N runs climb a ladder of bounds, the given (or default) "
+        "bounds times 1, 2.5, 5, 10, ... up to TOP (> 1, at most 1000), and a failure's "
+        "report names the smallest level that broke the test (default: off, every run "
+        "at the given bounds)",
+    )
+    group.addoption(
         "--timing-seed",
         type=_option_type(_seed_option),
         default=0,
@@ -357,6 +369,32 @@ def _settings(config: pytest.Config) -> _Settings:
 
 
 _SETTINGS = pytest.StashKey[_Settings]()
+_ESCALATE = pytest.StashKey["float | None"]()
+
+
+def _escalate(config: pytest.Config, st: _Settings) -> float | None:
+    """--timing-escalate's TOP, checked (None: off; see _session.schedules)."""
+    top = config.getoption("timing_escalate", None)
+    if top is None:
+        return None
+    if not 1 < top <= _session.MAX_ESCALATE:
+        raise pytest.UsageError(
+            f"--timing-escalate is the top of the ladder, a factor of the bounds > 1 and "
+            f"<= {_session.MAX_ESCALATE:g} (e.g. 10: x1, x2.5, x5, x10), got {top!r}"
+        )
+    if not st.fuzz:
+        raise pytest.UsageError("--timing-escalate climbs the runs of --timing-fuzz=N: give both")
+    if not all(math.isfinite(b * top) for b in st.bounds):
+        raise pytest.UsageError(f"--timing-escalate={top!r}: the bounds times it overflow")
+    return top
+
+
+def _escalate_header(config: pytest.Config) -> str:
+    top = config.stash.get(_ESCALATE, None)
+    if top is None:
+        return ""
+    levels = ", ".join(f"x{f:g}" for f in _session.ladder(top))
+    return f"; bounds escalate over the runs: {levels}"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -368,6 +406,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _session.quantum = _quantum(config)
     if st.on:
         _session.install()
+    config.stash[_ESCALATE] = _escalate(config, st)
     if st.fuzz or st.replay is not None:
         _session.watch_runs(True)
         config.pluginmanager.register(_FuzzSpan(), "pywheel-timing-fuzz-span")
@@ -449,6 +488,7 @@ def pytest_report_header(config: pytest.Config):
             f"; timing fuzz: {st.fuzz} runs per async test (max_late={late!r}, "
             f"max_cost={cost!r}, max_jitter={jitter!r}, seed={st.seed})"
         )
+        line += _escalate_header(config)
     return line
 
 
@@ -518,11 +558,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     if st.replay is not None:
         schedules = [st.replay]
     else:
-        late, cost, jitter = st.bounds
-        schedules = [None] + [
-            _session.Schedule(late, cost, jitter, _session.seed_for(st.seed, item.nodeid, k))
-            for k in range(1, st.fuzz + 1)
-        ]
+        schedules = [None] + _session.schedules(
+            st.bounds, st.seed, item.nodeid, st.fuzz, item.config.stash.get(_ESCALATE, None)
+        )
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     shown = None
     for k, schedule in enumerate(schedules):
@@ -659,6 +697,8 @@ def _describe(item, reports, ctx, schedule, k, n, st) -> None:
         ),
         f"virtual time at the end of each loop of the run: {times}",
     ]
+    if isinstance(schedule, _session.Rung):
+        lines.insert(1, schedule.describe())
     for i, (_, timing, lent) in enumerate(ctx.timed):
         shared = " (a loop made before the test, lent this Timing while it ran)" if lent else ""
         lines.append(f"loop {i}{shared}: {timing!r}")
@@ -794,6 +834,7 @@ _FUZZ_DESTS = frozenset(
         "timing_max_cost",
         "timing_max_jitter",
         "timing_seed",
+        "timing_escalate",
         "timing_replay",
         "timing_trace",
         "virtual_time",

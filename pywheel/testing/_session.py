@@ -76,8 +76,8 @@ class Schedule:
             kind, bounds, what = parse_token(token)
         except ValueError as exc:
             raise ValueError(
-                f"--timing-replay={token!r} is not a replay token from a --timing-fuzz "
-                f"report: {exc}"
+                f"--timing-replay={token!r} is not a token from a --timing-fuzz report "
+                f"(nor a Timing's .token): {exc}"
             ) from None
         if kind == "seed":
             return cls(*bounds, what)

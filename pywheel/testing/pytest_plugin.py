@@ -693,7 +693,10 @@ def _shrunk_line(shrunk: _Shrunk, failure) -> str:
             f"the failure depends on more than this test's Timings; the run as found is shown"
         )
     what = "decision" if shrunk.before == 1 else "decisions"
-    line = f"{shrunk.before} {what}, minimized to {shrunk.after} {took}"
+    if shrunk.after < shrunk.before:
+        line = f"{shrunk.before} {what}, minimized to {shrunk.after} {took}"
+    else:
+        line = f"{shrunk.before} {what}, none of them could go {took}"
     if shrunk.out_of_time:
         line += "; its time ran out (--timing-minimize=SECONDS gives more; 0: off)"
     return line + f"; shown: the minimized run (it fails with {failure[1].__name__} too)"

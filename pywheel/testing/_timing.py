@@ -746,9 +746,24 @@ def timings(
     from hypothesis.control import cleanup
 
     ints: dict[int, Any] = {}
+    # A minimized script to play instead of drawing, set by _shrink once a
+    # failure was minimized (and reset when the test's run ends).
+    state: dict[str, Any] = {"script": None, "note": None}
 
     @st.composite
     def _timing(draw) -> Timing:
+        script = state["script"]
+        if script is not None:
+            t = Timing(max_late=max_late, max_cost=max_cost, max_jitter=max_jitter)
+            t._script = dict(script)
+            t._hypothesis = True
+            t._source = state
+            from hypothesis import note
+
+            note(state["note"])
+            cleanup(t._release_collector)
+            return t
+
         def draw_ticks(n: int) -> int:
             # One choice per decision, 0 (its simplest value) meaning "no
             # perturbation here", so shrinking drops perturbations one by
@@ -769,6 +784,7 @@ def timings(
             max_draws=max_draws,
         )
         t._hypothesis = True
+        t._source = state
         # The loop a test left open gives the cyclic collector back at the
         # end of the example (see _gc): left off, it would stay off for the
         # rest of the session, and every cycle made after it would pile up.

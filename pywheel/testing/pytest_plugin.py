@@ -249,6 +249,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 class _Settings:
     __slots__ = ("on", "limit", "limit_given", "fuzz", "bounds", "seed", "replay", "minimize")
+    __slots__ += ("hypothesis_minimize",)
 
 
 def _settings(config: pytest.Config) -> _Settings:
@@ -292,6 +293,7 @@ def _settings(config: pytest.Config) -> _Settings:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     st.minimize = _minimize_setting(config, st.replay is not None)
+    st.hypothesis_minimize = _minimize_setting(config, False)
     on = config.getoption("virtual_time", None)
     if on is None:
         on = bool(config.getini("virtual_time"))
@@ -424,6 +426,33 @@ def pytest_runtest_protocol_context(item: pytest.Item, nextitem):
         return (yield)
     finally:
         _session.current = saved
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A hypothesis test: its first failure with a Timing of timings() is
+    minimized, and the strategy plays the minimized decisions from then on
+    (``_shrink``; --timing-minimize's budget, 0: off)."""
+    st = item.config.stash.get(_SETTINGS, None)
+    test = getattr(item, "obj", None)
+    m = None
+    if st is not None and st.hypothesis_minimize > 0 and hasattr(test, "hypothesis"):
+        from . import _shrink
+
+        m = _shrink.wrap(test, st.hypothesis_minimize)
+    try:
+        try:
+            return (yield)
+        except BaseException as exc:
+            if m is None or not isinstance(exc, _shrink.Minimized):
+                raise
+            done = exc
+        # Outside the except: the second run's failure is not chained to
+        # the first one's (which it replaces).
+        return _shrink.again(item.runtest, done)
+    finally:
+        if m is not None:
+            _shrink.unwrap(test, m)
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_runtest_makereport")

@@ -4,7 +4,6 @@ failure needs (issue 21, point 4), in one run per decision and pass."""
 import asyncio
 import random
 
-import pytest
 from helpers import fails_under
 
 from pywheel import testing as vt

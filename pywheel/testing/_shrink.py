@@ -48,6 +48,14 @@ from typing import Any
 
 from ._timing import Timing
 
+#: Real seconds a failing --timing-fuzz run (or hypothesis failure) may be minimized for, when
+#: nothing says otherwise.  Ten: the longest a user waits for a report
+#: without wondering whether the run hung, and what the real-bug corpus
+#: needs (examples/real_bugs/README.md: each of its bugs minimized well
+#: within it).  The budget ends a pass of Timing.minimize() where it is; a
+#: rerun under way finishes.
+DEFAULT_MINIMIZE = 10.0
+
 
 class Minimized(BaseException):
     """Raised through hypothesis once a failure was minimized: the caller

@@ -61,6 +61,7 @@ from typing import Any
 import pytest
 
 from . import _session
+from ._shrink import DEFAULT_MINIMIZE
 from ._timing import (
     DEFAULT_BOUNDS,
     DEFAULT_MAX_COST,
@@ -81,14 +82,6 @@ from ._timing import (
 #: 16 s.  A day (86400) would leave the 100 ms poller spinning 19 s and the
 #: 10 ms one over three minutes, silent all along.
 DEFAULT_LIMIT = 7200.0
-
-#: Real seconds a failing --timing-fuzz run may be minimized for, when
-#: nothing says otherwise.  Ten: the longest a user waits for a report
-#: without wondering whether the run hung, and what the real-bug corpus
-#: needs (examples/real_bugs/README.md: each of its bugs minimized well
-#: within it).  The budget ends a pass of Timing.minimize() where it is; a
-#: rerun under way finishes.
-DEFAULT_MINIMIZE = 10.0
 
 
 def _minimize_value(text) -> float:

@@ -89,8 +89,8 @@ def main(argv):
 
     import asyncio
 
-    from hypothesis import HealthCheck, Phase, given, reject, settings
-    from hypothesis.errors import FlakyStrategyDefinition
+    from hypothesis import HealthCheck, Phase, find, given, reject, settings
+    from hypothesis.errors import FlakyStrategyDefinition, NoSuchExample
 
     from examples.real_bugs import LIMIT
     from pywheel import testing
@@ -181,24 +181,22 @@ def main(argv):
 
     assert mode == "hunt", mode
     # The path a user gets (pywheel's pytest plugin does the same to every
-    # @given test): the first failure's Timing is minimized with
-    # Timing.minimize (within the plugin's default budget), then hypothesis
-    # runs again with timings() playing the minimized decisions, and its
-    # report is that run's (pywheel/testing/_shrink.py).
+    # @given test, pywheel/testing/_shrink.py): the first failure's Timing
+    # is minimized with Timing.minimize (within the plugin's default
+    # budget), then hypothesis runs again with timings() playing the
+    # minimized decisions, and its result is that run's.  Through find(),
+    # as before this path existed: find()'s derandomized examples do not
+    # depend on this file's code, so "found after" stays comparable.
     from pywheel.testing import _shrink
     from pywheel.testing._shrink import DEFAULT_MINIMIZE  # the plugin's
 
     calls = [0, None, None]  # runs, runs until the first failure, when
-    failing = []  # the latest failing Timing: the one hypothesis reports last
+    failing = []  # the latest failing Timing
 
     class OutOfShrinkTime(BaseException):
-        """Ends the hunt (hypothesis lets a BaseException through)."""
+        """Ends find() (hypothesis lets a BaseException through)."""
 
-    @settings(**common)
-    @given(testing.timings())  # no bound: its defaults (BOUNDS)
-    def prop(timing):
-        if failing and time.perf_counter() - calls[2] > SHRINK_SECONDS:
-            raise OutOfShrinkTime
+    def check(timing):
         calls[0] += 1
         v = verdict(timing)
         if v == "hang":
@@ -209,18 +207,39 @@ def main(argv):
                 calls[1], calls[2] = calls[0], time.perf_counter()
         assert v is None, v
 
+    m = _shrink.Minimizing(check, DEFAULT_MINIMIZE)
+
+    def condition(timing) -> bool:
+        if failing and time.perf_counter() - calls[2] > SHRINK_SECONDS:
+            raise OutOfShrinkTime
+        try:
+            m(timing)
+        except AssertionError:
+            return True
+        return False
+
+    # One strategy for both runs: the minimized script is handed to it.
+    strategy = testing.timings()  # no bound: its defaults (BOUNDS)
+
+    def hunt():
+        return find(
+            strategy,
+            condition,
+            settings=settings(**common, phases=[Phase.generate, Phase.shrink]),
+        )
+
     t0 = time.perf_counter()
-    m = _shrink.wrap(prop, DEFAULT_MINIMIZE)
+    shrunk = None
     try:
         try:
-            prop()
-        except _shrink.Minimized as exc:
-            done = exc
-        else:
-            done = None
-        if done is not None:
-            _shrink.again(prop, done)
-    except (AssertionError, OutOfShrinkTime):
+            shrunk = hunt()
+        except _shrink.Minimized:
+            # Second run, the Timing pinned to the minimized decisions.
+            try:
+                shrunk = hunt()
+            except NoSuchExample:
+                shrunk = None  # the minimized Timing passes there: report as found
+    except OutOfShrinkTime:
         pass
     except FlakyStrategyDefinition:
         if not failing:
@@ -233,12 +252,13 @@ def main(argv):
                 seconds=time.perf_counter() - t0,
             )
             return out
-    finally:
-        _shrink.unwrap(prop, m)
-    if not failing:
+    except NoSuchExample:
         out.update(found=False, examples=calls[0], hangs=hangs[0], seconds=time.perf_counter() - t0)
         return out
-    shrunk = failing[0]
+    finally:
+        m.reset()
+    if shrunk is None:
+        shrunk = failing[0]
     t1 = time.perf_counter()
     before, after, took, reruns = m.done if m.done is not None else (None, None, 0.0, 0)
     out.update(

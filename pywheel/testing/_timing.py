@@ -5,6 +5,7 @@ Nothing here imports hypothesis: ``timings()`` does, when it is called."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -285,7 +286,11 @@ class Timing:
         - *merges*: two consecutive decisions of a kind become one, at
           either place, of their summed size (up to the bound), for a
           failure that needs lateness to pile up;
-        - *values*: each decision left is halved.
+        - *values*: each decision left is halved;
+        - *subsets*: when a pass changed nothing, each decision alone, then
+          each pair (and triple, of a dozen or fewer), at its own value and
+          at its kind's bound (a smaller failure of fewer, larger
+          perturbations).
 
         Passes repeat (at most ``rounds``) until one changes nothing, or
         until ``seconds`` of real time have passed (no limit if None; the
@@ -397,9 +402,52 @@ class Timing:
                 trial[key] = keep[key] / 2
                 if attempt(trial):
                     changed = True
+            # Subsets: each decision alone, then each pair (and triple, for
+            # a dozen decisions or fewer), at its own value and at its kind's
+            # bound.  The passes above stop at a Timing
+            # none of whose decisions can go alone; a smaller failure made of
+            # other, larger perturbations (one wake-up at the bound doing
+            # what three small ones did) is not next to it.  Tried only then
+            # (changed is False), two runs per subset.
+            if not changed and len(keep) > 1:
+                changed = self._subsets(keep, attempt, out_of_time)
             if not changed or out_of_time():
                 break
         return best
+
+    def _subsets(self, keep: dict, attempt, out_of_time) -> bool:
+        bound = {
+            "wake": self.max_late,
+            "step": self.max_cost,
+            "timer": self.max_cost,
+            "external": self.max_jitter,
+        }
+        keys = list(keep)
+        # One decision alone, also a few places on or back (removing the
+        # others moves the events after them), at its bound.
+        for kind, index in reversed(keys):
+            for shift in (-1, 1, -2, 2, -3, 3):
+                if out_of_time():
+                    return False
+                if index + shift >= 0 and attempt({(kind, index + shift): bound[kind]}):
+                    return True
+        # Triples too while they are few (n <= 12: at most 220 of them).
+        for size in (1, 2, 3) if len(keys) <= 12 else (1, 2):
+            if size >= len(keys):
+                break
+            for combo in itertools.combinations(reversed(keys), size):
+                wanted = set(combo)
+                for at_bound in (False, True):
+                    if out_of_time():
+                        return False
+                    trial = {
+                        k: (bound[k[0]] if at_bound else v) for k, v in keep.items() if k in wanted
+                    }
+                    if at_bound and all(trial[k] == keep[k] for k in trial):
+                        continue
+                    if attempt(trial):
+                        return True
+        return False
 
     def _in_order(self) -> dict[tuple[str, int], float]:
         """The recorded non-zero decisions, (kind, index) -> seconds, in the

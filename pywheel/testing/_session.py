@@ -169,7 +169,7 @@ class Context:
 
     __slots__ = ("limit", "limit_given", "clocks", "schedule", "loops", "timed", "ran")
     __slots__ += ("active", "thread")
-    __slots__ += ("_draws", "failure", "__weakref__")
+    __slots__ += ("_draws", "failure", "end_times", "__weakref__")
 
     def __init__(self, limit: float | None, clocks: bool, schedule: Schedule | None) -> None:
         self.limit = limit  # None: no limit
@@ -188,6 +188,9 @@ class Context:
         # How the run first failed: (phase, exception type), or None.  A
         # minimized run must fail the same way (the plugin's _minimize).
         self.failure: tuple[str, type] | None = None
+        # virtual_times() as the run ended (the plugin reports a run after
+        # others ran, when its loops may be collected).
+        self.end_times: list[float] | None = None
 
     def _draw(self) -> Timing:
         assert self.schedule is not None

@@ -556,6 +556,7 @@ def _run_schedule(item, nextitem, st, schedule):
             ctx.end()
         finally:
             _session.current = saved
+    ctx.end_times = ctx.virtual_times()
     return ctx, reports
 
 
@@ -668,7 +669,8 @@ def _no_loop_ran(item, reports, k, st) -> bool:
 
 
 def _describe(item, reports, ctx, schedule, k, n, st, found=None, shrunk=None) -> None:
-    times = ", ".join(f"t={t!r}" for t in ctx.virtual_times()) or (
+    ends = ctx.end_times if ctx.end_times is not None else ctx.virtual_times()
+    times = ", ".join(f"t={t!r}" for t in ends) or (
         "(its loops are gone)" if ctx.made_any() else "no loop was made"
     )
     lines = [

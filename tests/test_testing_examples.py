@@ -22,14 +22,14 @@ from examples.timing_bugs.hunt import fails, hunt, survives  # noqa: E402
 # What each shrunk Timing must say (the README quotes these runs).
 SHRUNK = {
     # the lease's renewal sleep starts one loop iteration (a 10 µs quantum) in
-    "lease": ["woke 0.002 late for the deadline t=9.99801 (task in hold() at lease.py:"],
-    "billing_drift": ["woke 0.005 late for each of 10 deadlines", "in meter() at billing_drift.py"],
+    "lease": ["woke 2 ms late for the deadline t=9.99801 (task in hold() at lease.py:"],
+    "billing_drift": ["woke 5 ms late for each of 10 deadlines", "in meter() at billing_drift.py"],
     "reply_mismatch": ["external Queue.put_nowait() from send() at reply_mismatch.py:", "late"],
     "overlapping_job": ["latency() in sync_job() at overlapping_job.py:", "late"],
-    "watchdog": ["steps of task in worker() at watchdog.py:", "took 0.002 each"],
+    "watchdog": ["steps of task in worker() at watchdog.py:", "took 2 ms each"],
     # a slow step of the program's own tasks (with the 10 µs quantum one
     # poller step of 1 ms is enough: the TTL timer starts after it)
-    "lru_ttl": ["step of task in poller() at lru_ttl.py:", "took 0.001"],
+    "lru_ttl": ["step of task in poller() at lru_ttl.py:", "took 1 ms"],
 }
 
 

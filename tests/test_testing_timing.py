@@ -95,7 +95,7 @@ def test_repr_names_only_the_non_zero_decisions():
     vt.run(renew(), timing=timing, quantum=0)  # exact readings: the deadline is 9.998
     line = renew.__code__.co_firstlineno + 1
     assert repr(timing) == (
-        "Timing(max_late=0.005: woke 0.002 late for the deadline t=9.998 "
+        "Timing(max_late=0.005: woke 2 ms late for the deadline t=9.998 "
         f"(task in renew() at test_testing_timing.py:{line}))"
     )
     assert timing.decisions == [("wake", 9.998, 0.002, timing.decisions[0][3])]

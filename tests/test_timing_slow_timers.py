@@ -115,7 +115,7 @@ def test_timer_costs_name_the_callback_and_replay():
     name = "test_timer_costs_name_the_callback_and_replay.<locals>.ping()"
     sites = [(t, secs, site) for kind, t, secs, site in timing.decisions if kind == "timer"]
     assert sites == [(0.1, 0.001, name), (0.2, 0.001, name)]
-    assert f"2 timers of {name} at t=0.1..0.2 took 0.001 each" in repr(timing)
+    assert f"2 timers of {name} at t=0.1..0.2 took 1 ms each" in repr(timing)
     first = timing.decisions
     vt.run(main(), timing=timing, quantum=0)  # replays exactly
     assert timing.decisions == first

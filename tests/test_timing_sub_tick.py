@@ -48,7 +48,7 @@ def test_a_sub_tick_max_late_is_decided_as_the_whole_bound():
     t = testing.Timing(max_late=0.0005, draw=lambda n: n)
     with pytest.raises(asyncio.TimeoutError):
         testing.run(scenario(), timing=t)
-    assert "woke 0.0005 late" in repr(t)
+    assert "woke 0.5 ms late" in repr(t)
     # ... and replays.
     with pytest.raises(asyncio.TimeoutError):
         testing.run(scenario(), timing=t)
@@ -88,4 +88,4 @@ def test_timing_max_late_below_one_tick_finds_a_sub_tick_bug(tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "TimeoutError" in out, out
-    assert "woke 0.0005 late" in out, out
+    assert "woke 0.5 ms late" in out, out

@@ -56,8 +56,8 @@ def score(name: str) -> dict:
         print(
             f"  found after {h['examples']} examples; shrinking {h['shrink_seconds']:.1f} s"
             f" ({h['runs']} runs in all); {h['decisions']} non-zero decisions"
-            f" ({h.get('hypothesis_decisions', '?')} after hypothesis, then minimize()"
-            f" {h.get('minimize_seconds', 0):.1f} s);"
+            f" ({h.get('found_decisions', '?')} as found, minimize()"
+            f" {h.get('minimize_seconds', 0):.1f} s, then hypothesis with it pinned);"
             f" replay {'fails again' if h['replay'] else 'PASSES (does not replay)'};"
             f" {h['hangs']} runs hung (dropped)"
         )

@@ -3,7 +3,7 @@ answer as one JSON line on stdout.
 
     python _runner.py stock NAME         # the bug on the stock loop, no pywheel
     python _runner.py punctual NAME      # the property on virtual time, punctual
-    python _runner.py hunt NAME N        # timings(): find, shrink, replay
+    python _runner.py hunt NAME N        # timings(): find, minimize, shrink, replay
     python _runner.py survive NAME N     # timings(): N examples must all pass
 """
 
@@ -36,14 +36,11 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_RO
 #: iterations, not real seconds, keeps the verdict the same on every replay
 #: (hypothesis insists on that).
 SPIN = 10_000
-#: Real seconds all shrinking of a found failure may take (the issue's
-#: acceptance: under 60 s per bug).  Hypothesis shrinks for at most
-#: HYPOTHESIS_SHRINK_SECONDS of it; then ``Timing.minimize`` (groups of
-#: decisions zeroed, then single ones, then values halved, while the failure
-#: reproduces) gets the rest.  Hypothesis alone can take its own 5-minute
-#: cap on a long run and still leave unrelated decisions.
+#: Real seconds all shrinking of a found failure may take, a backstop: the
+#: hunt takes the user's path (the first failure minimized by
+#: ``Timing.minimize`` within the pytest plugin's default budget, 10 s, then
+#: hypothesis's run with the Timing pinned), which needs far less.
 SHRINK_SECONDS = 55
-HYPOTHESIS_SHRINK_SECONDS = 30
 #: A backstop in real seconds per run, should a run hang some other way.
 RUN_SECONDS = 10
 #: Address space a check may use: a runaway run must not take the machine.
@@ -183,39 +180,69 @@ def main(argv):
         return out
 
     assert mode == "hunt", mode
-    calls = [0, None, None]  # runs, runs until the first failure, when
+    # The path a user gets (pywheel's pytest plugin does the same to every
+    # @given test, pywheel/testing/_shrink.py): the first failure's Timing
+    # is minimized with Timing.minimize (within the plugin's default
+    # budget), then hypothesis runs again with timings() playing the
+    # minimized decisions, and its result is that run's.  Through find(),
+    # as before this path existed: find()'s derandomized examples do not
+    # depend on this file's code, so "found after" stays comparable.
+    from pywheel.testing import _shrink
+    from pywheel.testing._shrink import DEFAULT_MINIMIZE  # the plugin's
 
-    best = []  # the latest failure: the shrinker's best so far
+    calls = [0, None, None]  # runs, runs until the first failure, when
+    failing = []  # the latest failing Timing
 
     class OutOfShrinkTime(BaseException):
         """Ends find() (hypothesis lets a BaseException through)."""
 
-    def condition(timing) -> bool:
-        if best and time.perf_counter() - calls[2] > HYPOTHESIS_SHRINK_SECONDS:
-            raise OutOfShrinkTime
+    def check(timing):
         calls[0] += 1
         v = verdict(timing)
-        bad = v is not None and v != "hang"
-        if bad:
-            best[:] = [timing]
+        if v == "hang":
+            reject()
+        if v is not None:
+            failing[:] = [timing]
             if calls[1] is None:
                 calls[1], calls[2] = calls[0], time.perf_counter()
-        return bad
+        assert v is None, v
+
+    m = _shrink.Minimizing(check, DEFAULT_MINIMIZE)
+
+    def condition(timing) -> bool:
+        if failing and time.perf_counter() - calls[2] > SHRINK_SECONDS:
+            raise OutOfShrinkTime
+        try:
+            m(timing)
+        except AssertionError:
+            return True
+        return False
+
+    # One strategy for both runs: the minimized script is handed to it.
+    strategy = testing.timings()  # no bound: its defaults (BOUNDS)
+
+    def hunt():
+        return find(
+            strategy,
+            condition,
+            settings=settings(**common, phases=[Phase.generate, Phase.shrink]),
+        )
 
     t0 = time.perf_counter()
     shrunk = None
     try:
-        shrunk = find(
-            testing.timings(),  # no bound: its defaults (BOUNDS)
-            condition,
-            settings=settings(**common, phases=[Phase.generate, Phase.shrink]),
-        )
+        try:
+            shrunk = hunt()
+        except _shrink.Minimized:
+            # Second run, the Timing pinned to the minimized decisions.
+            try:
+                shrunk = hunt()
+            except NoSuchExample:
+                shrunk = None  # the minimized Timing passes there: report as found
     except OutOfShrinkTime:
         pass
     except FlakyStrategyDefinition:
-        # After a hang (see Hang), or when OutOfShrinkTime ended an example
-        # before its Timing drew what the data said it would.
-        if not best:
+        if not failing:
             out.update(
                 found=False,
                 stopped="hypothesis stopped: inconsistent data"
@@ -228,28 +255,21 @@ def main(argv):
     except NoSuchExample:
         out.update(found=False, examples=calls[0], hangs=hangs[0], seconds=time.perf_counter() - t0)
         return out
+    finally:
+        m.reset()
     if shrunk is None:
-        shrunk = best[0]  # shrinking ran out of time: the best so far
-    hyp_decisions = len(shrunk.decisions)
-    t_min = time.perf_counter()
-
-    def still_fails(timing) -> bool:
-        calls[0] += 1
-        v = verdict(timing)
-        return v is not None and v != "hang"
-
-    left = SHRINK_SECONDS - (time.perf_counter() - calls[2])
-    shrunk = shrunk.minimize(still_fails, rounds=100, seconds=max(left, 0.0))
+        shrunk = failing[0]
     t1 = time.perf_counter()
+    before, after, took, reruns = m.done if m.done is not None else (None, None, 0.0, 0)
     out.update(
         found=True,
         examples=calls[1],
         runs=calls[0],
         shrink_seconds=t1 - calls[2],
-        minimize_seconds=t1 - t_min,
+        minimize_seconds=took,
         seconds=t1 - t0,
         shrunk=repr(shrunk),
-        hypothesis_decisions=hyp_decisions,
+        found_decisions=before,
         decisions=len(shrunk.decisions),
         replay=verdict(shrunk),
         hangs=hangs[0],

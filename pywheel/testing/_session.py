@@ -47,7 +47,7 @@ from asyncio import events as _events
 from typing import Any
 
 from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
-from ._timing import Timing, _check_max
+from ._timing import Timing, _check_max, encode_token, parse_token  # noqa: F401 (_check_max: the plugin)
 
 #: How often a run perturbs a decision: one of these, drawn per run.
 _RATES = (0.02, 0.1, 0.3, 1.0)
@@ -69,20 +69,20 @@ class Schedule:
         return f"{self.max_late!r},{self.max_cost!r},{self.max_jitter!r},{self.seed:016x}"
 
     @classmethod
-    def parse(cls, token: str) -> Schedule:
+    def parse(cls, token: str) -> Schedule | Scripted:
+        """The run a replay token names: a seed's draw (a fuzz run) or the
+        decisions themselves (a minimized run).  ValueError saying what is
+        wrong with the token, in words (see ``_timing.parse_token``)."""
         try:
-            late, cost, jitter, seed = token.split(",")
-            return cls(
-                _check_max("max_late", float(late)),
-                _check_max("max_cost", float(cost)),
-                _check_max("max_jitter", float(jitter)),
-                int(seed, 16),
-            )
-        except (ValueError, TypeError) as exc:
+            kind, bounds, what = parse_token(token)
+        except ValueError as exc:
             raise ValueError(
                 f"--timing-replay={token!r} is not a token from a --timing-fuzz report "
-                f"(max_late,max_cost,max_jitter,seed): {exc}"
+                f"(nor a Timing's .token): {exc}"
             ) from None
+        if kind == "seed":
+            return cls(*bounds, what)
+        return Scripted(bounds, what)
 
     def timing(self, index: int) -> Timing:
         rng = random.Random(f"{self.seed:016x}/{index}")
@@ -200,6 +200,44 @@ def schedules(
     return out
 
 
+class Scripted:
+    """A run whose loops play given decisions instead of drawing them (a
+    minimized run, its token replayed, minimize()'s reruns): loop i, in the
+    order loops take Timings, gets ``items[i]`` -- a Timing object itself
+    (minimize() reads what that run decided from it), or a script, (kind,
+    index) -> seconds, played by a fresh Timing --, a loop past them a
+    punctual one.  Same surface as ``Schedule``."""
+
+    __slots__ = ("max_late", "max_cost", "max_jitter", "items")
+
+    def __init__(self, bounds: tuple[float, float, float], items: list) -> None:
+        self.max_late, self.max_cost, self.max_jitter = bounds
+        self.items = list(items)
+
+    @property
+    def bounds(self) -> tuple[float, float, float]:
+        return (self.max_late, self.max_cost, self.max_jitter)
+
+    @property
+    def token(self) -> str:
+        scripts = []
+        for item in self.items:
+            if isinstance(item, Timing):
+                # What it decided if its run is over; else what it was given.
+                done = item._state not in ("new", "recording")
+                item = item._in_order() if done else dict(item._script or {})
+            scripts.append(item)
+        return encode_token(self.bounds, scripts)
+
+    def timing(self, index: int) -> Timing:
+        item = self.items[index] if index < len(self.items) else {}
+        if isinstance(item, Timing):
+            return item
+        timing = Timing(max_late=self.max_late, max_cost=self.max_cost, max_jitter=self.max_jitter)
+        timing._script = dict(item)
+        return timing
+
+
 def seed_for(base: int, nodeid: str, run: int) -> int:
     digest = hashlib.blake2b(f"{base}\0{nodeid}\0{run}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
@@ -234,7 +272,7 @@ class Context:
 
     __slots__ = ("limit", "limit_given", "clocks", "schedule", "loops", "timed", "ran")
     __slots__ += ("active", "thread")
-    __slots__ += ("_draws", "__weakref__")
+    __slots__ += ("_draws", "failure", "end_times", "__weakref__")
     __slots__ += ("traces", "_traced_lent")
 
     def __init__(self, limit: float | None, clocks: bool, schedule: Schedule | None) -> None:
@@ -255,6 +293,12 @@ class Context:
         # plugin's rerun of a failure; see pytest_plugin._trace_failure).
         self.traces: list | None = None
         self._traced_lent: list = []  # loops lent a Trace for this run
+        # How the run first failed: (phase, exception type), or None.  A
+        # minimized run must fail the same way (the plugin's _minimize).
+        self.failure: tuple[str, type] | None = None
+        # virtual_times() as the run ended (the plugin reports a run after
+        # others ran, when its loops may be collected).
+        self.end_times: list[float] | None = None
 
     def _draw(self) -> Timing:
         assert self.schedule is not None

@@ -19,6 +19,20 @@ _PYWHEEL = os.path.dirname(_HERE)
 _ASYNCIO = os.path.dirname(os.path.abspath(_tasks.__file__))
 
 
+class Site(str):
+    """A name (a plain ``str`` to everyone else) that also says whether the
+    event is asyncio's or pywheel's own (``internal``: no frame or callback
+    of the program's), which a Timing's ``repr()`` folds away."""
+
+    internal = False
+
+
+def _site(text: str, internal: bool) -> str:
+    site = Site(text)
+    site.internal = internal
+    return site
+
+
 def _user_frame(frame) -> str:
     """'func() at file.py:12' for the innermost frame outside asyncio and pywheel."""
     while frame is not None:
@@ -41,13 +55,18 @@ def task_site(task) -> str:
         if not (fn.startswith(_ASYNCIO) or fn.startswith(_PYWHEEL)):
             where = f"{frame.f_code.co_name}() at {os.path.basename(fn)}:{frame.f_lineno}"
         coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    internal = False
     if where is None:
         code = getattr(task.get_coro(), "cr_code", None)
         where = f"{code.co_name}()" if code is not None else _type_name(task.get_coro())
+        # No frame of the program's: asyncio's or pywheel's own task (a
+        # shutdown_default_executor()), unless its coroutine is the
+        # program's and has not started or has finished.
+        internal = code is not None and code.co_filename.startswith((_ASYNCIO, _PYWHEEL))
     name = task.get_name()
     if _DEFAULT_TASK_NAME.fullmatch(name):  # a process-wide counter: not worth showing
-        return f"task in {where}"
-    return f"task {name!r} in {where}"
+        return _site(f"task in {where}", internal)
+    return _site(f"task {name!r} in {where}", internal)
 
 
 def callback_site(callback) -> str:
@@ -60,7 +79,7 @@ def callback_site(callback) -> str:
         callback = func
     name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
     if isinstance(name, str) and name:
-        return f"{name}()"
+        return _site(f"{name}()", internal_callback(callback))
     return _type_name(callback)  # a callable object: its class, never its address
 
 

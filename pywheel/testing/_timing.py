@@ -5,6 +5,7 @@ Nothing here imports hypothesis: ``timings()`` does, when it is called."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -35,6 +36,51 @@ def _fmt(x: float) -> str:
     return repr(round(x, 9))
 
 
+def _amount(secs: float) -> str:
+    """A perturbation for people: "20 ms", "0.5 ms", "1.5 s"."""
+    if secs >= 1:
+        return f"{_fmt(secs)} s"
+    text = repr(round(secs * 1000, 6))
+    return (text[:-2] if text.endswith(".0") else text) + " ms"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+_KIND_WORD = {"wake": "wake-up for", "step": "step", "timer": "timer", "external": "event"}
+
+
+def _describe_notes(notes) -> list[str]:
+    """One phrase per run of equal decisions at one site."""
+    parts = []
+    i = 0
+    while i < len(notes):
+        kind, t, secs, site = notes[i]
+        # Consecutive equal decisions at one site read as one line.
+        j = i + 1
+        while j < len(notes) and notes[j][0] == kind and notes[j][2:] == (secs, site):
+            j += 1
+        n = j - i
+        at = f"t={_fmt(t)}" if n == 1 else f"t={_fmt(t)}..{_fmt(notes[j - 1][1])}"
+        each = "" if n == 1 else " each"
+        amount = _amount(secs)
+        if kind == "wake":
+            what = "the deadline" if n == 1 else f"each of {n} deadlines"
+            parts.append(f"woke {amount} late for {what} {at} ({site})")
+        elif kind == "step":
+            what = "step" if n == 1 else f"{n} steps"
+            parts.append(f"{what} of {site} at {at} took {amount}{each}")
+        elif kind == "timer":
+            what = "a timer" if n == 1 else f"{n} timers"
+            parts.append(f"{what} of {site} at {at} took {amount}{each}")
+        else:
+            what = "" if n == 1 else f" ({n} events)"
+            parts.append(f"{site}{what} sent at {at} arrived {amount} late{each}")
+        i = j
+    return parts
+
+
 class Timing:
     """How one run is perturbed: the loop waking late, callbacks taking time,
     the outside world answering late.  Pass it as ``timing=`` to
@@ -62,6 +108,8 @@ class Timing:
         "_pos",
         "_nz",
         "_notes",
+        "_internal",
+        "_source",
         "_state",
         "_owner",
         "_dead",
@@ -102,6 +150,12 @@ class Timing:
         self._pos = dict.fromkeys(KINDS, 0)  # decisions of each kind so far
         self._nz = dict.fromkeys(KINDS, 0)  # replay: next entry of _record[kind]
         self._notes: list[tuple[str, float, float, str]] = []
+        # Per note: True if its site is asyncio's or pywheel's own (no frame
+        # or callback of the program's): repr() folds those into a count.
+        self._internal: list[bool] = []
+        # timings(): the strategy's state this Timing was drawn under (a
+        # minimized script to play instead of drawing; see _shrink).
+        self._source: dict | None = None
         self._state = "new"  # -> "recording" -> "recorded" (then replays)
         self._owner: weakref.ref | None = None
         # What the loop it drives gives it (_attach): its tick, the unit of a
@@ -125,7 +179,58 @@ class Timing:
         """True if the recorded run made no non-zero decision."""
         return not self._notes
 
+    @property
+    def token(self) -> str:
+        """This Timing's decisions as a replay token: its bounds and its
+        recorded non-zero decisions (``Timing.from_token(timing.token)``
+        makes them again; ``pytest --timing-replay=TOKEN`` plays them on the
+        first loop of a test's run).  ``RuntimeError`` until its run is
+        recorded (its loop closed)."""
+        if self._state == "new" and self._script is not None:
+            return encode_token(self._bounds(), [self._script])
+        if self._state in ("new", "recording"):
+            raise RuntimeError(
+                "a Timing has a token once its run is recorded (after its loop closed)"
+            )
+        return encode_token(self._bounds(), [self._in_order()])
+
+    @classmethod
+    def from_token(cls, token: str, loop: int = 0) -> Timing:
+        """The Timing of loop number ``loop`` (0: the first loop the test
+        made or ran) of the run a replay token names: the token of a
+        ``--timing-fuzz`` report (``--timing-replay=TOKEN``) or a Timing's
+        ``token``.  Pass it as ``timing=`` to rerun that loop's decisions,
+        or call its ``minimize()`` (which runs it first).  A seed token
+        (bounds and a seed) draws as the fuzz run did: it meets the same
+        decisions if the program makes the same loops in the same order.
+        ``ValueError`` saying what is wrong for a string that is not a
+        token."""
+        if isinstance(loop, bool) or not isinstance(loop, int) or loop < 0:
+            raise ValueError(
+                f"loop must be an int >= 0 (the loop's number in the run), not {loop!r}"
+            )
+        kind, bounds, what = parse_token(token)
+        if kind == "seed":
+            from ._session import Schedule
+
+            return Schedule(*bounds, what).timing(loop)
+        late, cost, jitter = bounds
+        t = cls(max_late=late, max_cost=cost, max_jitter=jitter)
+        t._script = dict(what[loop]) if loop < len(what) else {}
+        return t
+
+    def _bounds(self) -> tuple[float, float, float]:
+        return (self.max_late, self.max_cost, self.max_jitter)
+
     def __repr__(self) -> str:
+        """The recorded run's decisions that touch the program, in its own
+        words: which wake-up, step, timer callback or outside event (task
+        and line, or callback), at what virtual time, what changed ("woke
+        20 ms late", "took 2 ms", "arrived 7 ms late").  Decisions at
+        asyncio's or pywheel's own events (a step of
+        ``_run_until_complete_cb()``, of a task in
+        ``shutdown_default_executor()``) are folded into one line with a
+        count; ``decisions`` keeps them all."""
         bounds = [
             f"{name}={_fmt(v)}"
             for name, v in (
@@ -140,31 +245,16 @@ class Timing:
             return head + ")"
         if not self._notes and not self._dead:
             return head + ": punctual)"
-        parts = []
-        notes = self._notes
-        i = 0
-        while i < len(notes):
-            kind, t, secs, site = notes[i]
-            # Consecutive equal decisions at one site read as one line.
-            j = i + 1
-            while j < len(notes) and notes[j][0] == kind and notes[j][2:] == (secs, site):
-                j += 1
-            n = j - i
-            at = f"t={_fmt(t)}" if n == 1 else f"t={_fmt(t)}..{_fmt(notes[j - 1][1])}"
-            each = "" if n == 1 else " each"
-            if kind == "wake":
-                what = "the deadline" if n == 1 else f"each of {n} deadlines"
-                parts.append(f"woke {_fmt(secs)} late for {what} {at} ({site})")
-            elif kind == "step":
-                what = "step" if n == 1 else f"{n} steps"
-                parts.append(f"{what} of {site} at {at} took {_fmt(secs)}{each}")
-            elif kind == "timer":
-                what = "a timer" if n == 1 else f"{n} timers"
-                parts.append(f"{what} of {site} at {at} took {_fmt(secs)}{each}")
-            else:
-                what = "" if n == 1 else f" ({n} events)"
-                parts.append(f"{site}{what} sent at {at} arrived {_fmt(secs)} late{each}")
-            i = j
+        shown = [n for n, inner in zip(self._notes, self._internal, strict=True) if not inner]
+        folded = [n for n, inner in zip(self._notes, self._internal, strict=True) if inner]
+        parts = _describe_notes(shown)
+        if folded:
+            names = list(dict.fromkeys(f"{_KIND_WORD[k]} of {site}" for k, _, _, site in folded))
+            more = "" if len(names) <= 2 else f", +{len(names) - 2} more"
+            parts.append(
+                f"{_count(len(folded), 'decision')} at asyncio's or pywheel's own events "
+                f"({', '.join(names[:2])}{more}; .decisions lists every one)"
+            )
         if self._dead:
             parts.append("recording ended early: its draw raised")
         sep = "; " if len(parts) < 3 else ";\n  "
@@ -196,17 +286,27 @@ class Timing:
         - *merges*: two consecutive decisions of a kind become one, at
           either place, of their summed size (up to the bound), for a
           failure that needs lateness to pile up;
-        - *values*: each decision left is halved.
+        - *values*: each decision left is halved;
+        - *subsets*: when a pass changed nothing, each decision alone, then
+          each pair (and triple, of a dozen or fewer), at its own value and
+          at its kind's bound (a smaller failure of fewer, larger
+          perturbations).
 
         Passes repeat (at most ``rounds``) until one changes nothing, or
         until ``seconds`` of real time have passed (no limit if None; the
         pass under way stops there).  Each change kept costs one run, each
         tried one: a pass tries about ten runs per decision left, at most.
         Returns the last Timing that failed (which replays, like any used
-        Timing), or one replaying this Timing's decisions if none did."""
-        if self._state in ("new", "recording"):
+        Timing), or one replaying this Timing's decisions if none did.  A
+        Timing not run yet (``Timing.from_token()``) is run first, by
+        ``fails``, to record it (returned as is if that run passes)."""
+        if self._state == "recording":
             raise RuntimeError("minimize() needs a Timing whose run was recorded")
         deadline = None if seconds is None else time.monotonic() + seconds
+        if self._state == "new":
+            # Not run yet (Timing.from_token()): its first run records it.
+            if not fails(self) or self._state == "new":
+                return self
         keep = self._in_order()
         best = self._scripted(keep)
         if not fails(best):
@@ -302,9 +402,52 @@ class Timing:
                 trial[key] = keep[key] / 2
                 if attempt(trial):
                     changed = True
+            # Subsets: each decision alone, then each pair (and triple, for
+            # a dozen decisions or fewer), at its own value and at its kind's
+            # bound.  The passes above stop at a Timing
+            # none of whose decisions can go alone; a smaller failure made of
+            # other, larger perturbations (one wake-up at the bound doing
+            # what three small ones did) is not next to it.  Tried only then
+            # (changed is False), two runs per subset.
+            if not changed and len(keep) > 1:
+                changed = self._subsets(keep, attempt, out_of_time)
             if not changed or out_of_time():
                 break
         return best
+
+    def _subsets(self, keep: dict, attempt, out_of_time) -> bool:
+        bound = {
+            "wake": self.max_late,
+            "step": self.max_cost,
+            "timer": self.max_cost,
+            "external": self.max_jitter,
+        }
+        keys = list(keep)
+        # One decision alone, also a few places on or back (removing the
+        # others moves the events after them), at its bound.
+        for kind, index in reversed(keys):
+            for shift in (-1, 1, -2, 2, -3, 3):
+                if out_of_time():
+                    return False
+                if index + shift >= 0 and attempt({(kind, index + shift): bound[kind]}):
+                    return True
+        # Triples too while they are few (n <= 12: at most 220 of them).
+        for size in (1, 2, 3) if len(keys) <= 12 else (1, 2):
+            if size >= len(keys):
+                break
+            for combo in itertools.combinations(reversed(keys), size):
+                wanted = set(combo)
+                for at_bound in (False, True):
+                    if out_of_time():
+                        return False
+                    trial = {
+                        k: (bound[k[0]] if at_bound else v) for k, v in keep.items() if k in wanted
+                    }
+                    if at_bound and all(trial[k] == keep[k] for k in trial):
+                        continue
+                    if attempt(trial):
+                        return True
+        return False
 
     def _in_order(self) -> dict[tuple[str, int], float]:
         """The recorded non-zero decisions, (kind, index) -> seconds, in the
@@ -429,7 +572,10 @@ class Timing:
             return 0.0
         draw = self._draw
         if self._script is not None:
+            # A script (minimize(), a replay token) names seconds; a token
+            # written by hand may ask for more than the bound: the bound.
             ticks = round(self._script.get((kind, self._pos[kind]), 0.0) / unit)
+            ticks = min(max(ticks, 0), n)
         elif draw is None or (self.max_draws is not None and self._draws >= self.max_draws):
             ticks = 0
         else:
@@ -461,9 +607,106 @@ class Timing:
         except Exception as exc:  # a description must never break the run
             where = f"<{type(exc).__name__}>"
         # The same run must give the same repr: no memory addresses.
-        where = _ADDRESS.sub("", where)
+        internal = bool(getattr(where, "internal", False))
+        where = _ADDRESS.sub("", str(where))
         self._notes.append((kind, at, secs, where))
+        self._internal.append(internal)
         return secs
+
+
+# ---- replay tokens -------------------------------------------------------------
+#
+# A token names one run of a test, every loop of it, and is pasted on a
+# command line: only characters a shell leaves alone.  Two shapes, told
+# apart by the fourth field:
+#
+#   max_late,max_cost,max_jitter,SEED        a --timing-fuzz run: 16 hex
+#                                            digits; the loops' Timings are
+#                                            drawn from it (_session.Schedule)
+#   max_late,max_cost,max_jitter,script/L0/L1...
+#                                            the decisions themselves, one
+#                                            field per loop in the order the
+#                                            loops took their Timings; a field
+#                                            is KINDINDEX=MICROSECONDS joined
+#                                            by "+" (kinds w: wake-up, s:
+#                                            step, t: timer, e: external; a
+#                                            value in nanoseconds ends in n)
+#
+# A minimized run is named by its decisions: no seed draws them.  Rejected:
+# a seed plus a list of decisions to zero (a removal moves the places of
+# the decisions after it, so the seed's draws no longer land where they
+# did), and JSON or base64 (neither survives a shell unquoted, nor reads).
+
+_KIND_CODE = {"wake": "w", "step": "s", "timer": "t", "external": "e"}
+_CODE_KIND = {v: k for k, v in _KIND_CODE.items()}
+_ITEM = re.compile(r"([a-z])(\d+)=(\d+)(n?)")
+_SEED = re.compile(r"[0-9a-fA-F]{1,16}")
+
+
+def encode_token(
+    bounds: tuple[float, float, float], scripts: list[dict[tuple[str, int], float]]
+) -> str:
+    """The token of a run whose loops make ``scripts``' decisions."""
+    loops = []
+    for script in scripts:
+        items = []
+        for (kind, index), secs in script.items():
+            ns = round(secs * 1e9)
+            if ns <= 0:
+                continue
+            value = str(ns // 1000) if ns % 1000 == 0 else f"{ns}n"
+            items.append(f"{_KIND_CODE[kind]}{index}={value}")
+        loops.append("+".join(items))
+    late, cost, jitter = bounds
+    return f"{late!r},{cost!r},{jitter!r},script" + "".join("/" + x for x in loops)
+
+
+def parse_token(token: Any) -> tuple[str, tuple[float, float, float], Any]:
+    """("seed", bounds, seed) or ("script", bounds, [script per loop]);
+    ValueError naming what is wrong (never Python's own words)."""
+    if not isinstance(token, str):
+        raise ValueError(f"a replay token is a string, not {type(token).__name__}")
+    fields = token.strip().split(",")
+    if len(fields) != 4:
+        raise ValueError(
+            f"a replay token has 4 fields separated by commas "
+            f"(max_late,max_cost,max_jitter,SEED or script/...), this one has {len(fields)}"
+        )
+    bounds = []
+    for name, text in zip(("max_late", "max_cost", "max_jitter"), fields[:3], strict=True):
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"its {name} field {text!r} is not a number of seconds") from None
+        try:
+            bounds.append(_check_max(name, value))
+        except ValueError as exc:
+            raise ValueError(f"its {exc}") from None
+    last = fields[3]
+    if _SEED.fullmatch(last):
+        return "seed", tuple(bounds), int(last, 16)
+    if last != "script" and not last.startswith("script/"):
+        raise ValueError(
+            f"its last field {last!r} is neither a seed (16 hex digits) nor "
+            f"script/... (the decisions of a minimized run)"
+        )
+    scripts = []
+    for n, loop in enumerate(last.split("/")[1:]):
+        script: dict[tuple[str, int], float] = {}
+        for item in loop.split("+") if loop else ():
+            m = _ITEM.fullmatch(item)
+            if m is None or m.group(1) not in _CODE_KIND:
+                raise ValueError(
+                    f"decision {item!r} of loop {n} is not KIND INDEX=MICROSECONDS "
+                    f"(kinds w, s, t, e; e.g. e3=7000)"
+                )
+            code, index, value, nano = m.groups()
+            secs = int(value) / (1e9 if nano else 1e6)
+            script[(_CODE_KIND[code], int(index))] = secs
+        scripts.append(script)
+    if not any(bounds):
+        raise ValueError("its bounds are all 0: such a run perturbs nothing")
+    return "script", tuple(bounds), scripts
 
 
 #: Decisions drawn from hypothesis per run; later ones are 0 (punctual).
@@ -551,9 +794,24 @@ def timings(
     from hypothesis.control import cleanup
 
     ints: dict[int, Any] = {}
+    # A minimized script to play instead of drawing, set by _shrink once a
+    # failure was minimized (and reset when the test's run ends).
+    state: dict[str, Any] = {"script": None, "note": None}
 
     @st.composite
     def _timing(draw) -> Timing:
+        script = state["script"]
+        if script is not None:
+            t = Timing(max_late=max_late, max_cost=max_cost, max_jitter=max_jitter)
+            t._script = dict(script)
+            t._hypothesis = True
+            t._source = state
+            from hypothesis import note
+
+            note(state["note"])
+            cleanup(t._release_collector)
+            return t
+
         def draw_ticks(n: int) -> int:
             # One choice per decision, 0 (its simplest value) meaning "no
             # perturbation here", so shrinking drops perturbations one by
@@ -574,6 +832,7 @@ def timings(
             max_draws=max_draws,
         )
         t._hypothesis = True
+        t._source = state
         # The loop a test left open gives the cyclic collector back at the
         # end of the example (see _gc): left off, it would stay off for the
         # rest of the session, and every cycle made after it would pile up.

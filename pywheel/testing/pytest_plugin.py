@@ -34,6 +34,11 @@ point, so installing pywheel is enough):
   run and the failing Timings replayed; the report's "pywheel.testing race"
   section says where the two runs part, and ``--timing-trace=DIR`` (ini
   ``timing_trace``) writes DIR/<test>.perfetto.json and DIR/<test>.svg.
+- ``--timing-minimize[=SECONDS]`` (ini ``timing_minimize``): a failing fuzz
+  run is minimized by default (``DEFAULT_MINIMIZE`` seconds of real time; 0:
+  off): the test is rerun under fewer and smaller decisions while it fails
+  the same way, and the report shows that run, its Timing and a token of its
+  decisions; with ``--timing-replay`` it minimizes the replayed failure.
 
 It imports neither hypothesis, pytest-asyncio nor anyio.  To run tests of
 those plugins on virtual time, give them the loop factory (README, "Testing
@@ -63,7 +68,14 @@ import pytest
 
 from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from . import _session
-from ._timing import DEFAULT_BOUNDS, DEFAULT_MAX_COST, DEFAULT_MAX_JITTER, DEFAULT_MAX_LATE
+from ._shrink import DEFAULT_MINIMIZE
+from ._timing import (
+    DEFAULT_BOUNDS,
+    DEFAULT_MAX_COST,
+    DEFAULT_MAX_JITTER,
+    DEFAULT_MAX_LATE,
+    Timing,
+)
 
 #: Virtual seconds a test may pass on any loop the plugin makes or configures,
 #: when nothing says otherwise.  Without a limit, a test that awaits what
@@ -80,6 +92,29 @@ DEFAULT_LIMIT = 7200.0
 
 
 _LIMIT_TAKES = "seconds >= 0 (e.g. 60), or none for no limit"
+
+
+def _minimize_value(text) -> float:
+    """--timing-minimize's or the ini option's seconds (>= 0; 0: off)."""
+    if isinstance(text, str):
+        text = text.strip()
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"--timing-minimize takes seconds of real time (0: off), attached with "
+            f"'=' (--timing-minimize=10), not {text!r}"
+        ) from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"--timing-minimize must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _minimize_option(text: str) -> float:
+    try:
+        return _minimize_value(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _limit_value(text) -> float | None:
@@ -291,6 +326,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="rerun each selected async test once under the schedule a --timing-fuzz "
         "report named (implies --virtual-time)",
     )
+    group.addoption(
+        "--timing-minimize",
+        nargs="?",
+        const=DEFAULT_MINIMIZE,
+        type=_minimize_option,
+        default=None,
+        metavar="SECONDS",
+        help="real seconds to minimize a failing --timing-fuzz run for (default "
+        f"{DEFAULT_MINIMIZE:g}, or the timing_minimize ini option; 0: off); with "
+        "--timing-replay, minimize the replayed failure (give the seconds with '=')",
+    )
     parser.addini(
         "virtual_time",
         type="bool",
@@ -309,6 +355,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "no limit)",
     )
     parser.addini(
+        "timing_minimize",
+        default=None,
+        help=f"real seconds to minimize a failing --timing-fuzz run for (default "
+        f"{DEFAULT_MINIMIZE:g}; 0: off)",
+    )
+    parser.addini(
         "virtual_time_clocks",
         type="bool",
         default=True,
@@ -317,7 +369,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class _Settings:
-    __slots__ = ("on", "limit", "limit_given", "fuzz", "bounds", "seed", "replay")
+    __slots__ = ("on", "limit", "limit_given", "fuzz", "bounds", "seed", "replay", "minimize")
+    __slots__ += ("hypothesis_minimize",)
 
 
 def _settings(config: pytest.Config) -> _Settings:
@@ -361,11 +414,31 @@ def _settings(config: pytest.Config) -> _Settings:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     _check_fuzz_only(config, st.fuzz, st.replay)
+    st.minimize = _minimize_setting(config, st.replay is not None)
+    st.hypothesis_minimize = _minimize_setting(config, False)
     on = config.getoption("virtual_time", None)
     if on is None:
         on = bool(config.getini("virtual_time"))
     st.on = bool(on or st.fuzz or st.replay is not None)
     return st
+
+
+def _minimize_setting(config: pytest.Config, replay: bool) -> float:
+    """Seconds to minimize a failing run for (0: off).  A replay is not
+    minimized unless --timing-minimize says so: it shows the very run its
+    token names."""
+    option = config.getoption("timing_minimize", None)
+    if option is not None:
+        return option
+    if replay:
+        return 0.0
+    ini = config.getini("timing_minimize")
+    if ini in (None, ""):
+        return DEFAULT_MINIMIZE
+    try:
+        return _minimize_value(ini)
+    except ValueError as exc:
+        raise pytest.UsageError(f"timing_minimize (ini): {exc}") from None
 
 
 _SETTINGS = pytest.StashKey[_Settings]()
@@ -506,6 +579,44 @@ def pytest_runtest_protocol_context(item: pytest.Item, nextitem):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A hypothesis test: its first failure with a Timing of timings() is
+    minimized, and the strategy plays the minimized decisions from then on
+    (``_shrink``; --timing-minimize's budget, 0: off)."""
+    st = item.config.stash.get(_SETTINGS, None)
+    test = getattr(item, "obj", None)
+    m = None
+    if st is not None and st.hypothesis_minimize > 0 and hasattr(test, "hypothesis"):
+        from . import _shrink
+
+        m = _shrink.wrap(test, st.hypothesis_minimize)
+    try:
+        try:
+            return (yield)
+        except BaseException as exc:
+            if m is None or not isinstance(exc, _shrink.Minimized):
+                raise
+            done = exc
+        # Outside the except: the second run's failure is not chained to
+        # the first one's (which it replaces).
+        return _shrink.again(item.runtest, done)
+    finally:
+        if m is not None:
+            _shrink.unwrap(test, m)
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_runtest_makereport")
+def pytest_runtest_makereport_failure(item: pytest.Item, call):
+    """A fuzz run remembers how it first failed (phase, exception type):
+    its minimized run must fail the same way."""
+    ctx = _session.current
+    if ctx is not None and ctx.schedule is not None and ctx.failure is None:
+        if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
+            ctx.failure = (call.when, call.excinfo.type)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     """A TimeLimitError says how to change the plugin's limit."""
     st = item.config.stash.get(_SETTINGS, None)
@@ -553,7 +664,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     st = item.config.stash.get(_SETTINGS, None)
     if st is None or not (st.fuzz or st.replay is not None) or not _session.is_async_test(item):
         return None
-    from _pytest.runner import runtestprotocol
 
     if st.replay is not None:
         schedules = [st.replay]
@@ -565,22 +675,20 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     shown = None
     for k, schedule in enumerate(schedules):
         _per_run_timeout(item, _run_name(k, len(schedules) - 1, schedule, st))
-        ctx = _context(item, st, schedule)
-        saved = _session.enter(ctx)
-        try:
-            reports = runtestprotocol(item, nextitem=nextitem, log=False)
-        finally:
-            try:
-                ctx.end()
-            finally:
-                _session.current = saved
+        ctx, reports = _run_schedule(item, nextitem, st, schedule)
         unperturbed = schedule is not None and not ctx.ran and _no_loop_ran(item, reports, k, st)
         failed = any(r.failed for r in reports)
         if shown is None or failed:
             shown = reports
         if failed:
             if schedule is not None and not unperturbed:
-                _describe(item, reports, ctx, schedule, k, len(schedules) - 1, st)
+                found = (ctx, reports, schedule)
+                if st.minimize > 0 and ctx.failure is not None:
+                    ctx, reports, shrunk = _minimize(item, nextitem, st, ctx, reports, schedule)
+                    shown = reports
+                else:
+                    shrunk = None
+                _describe(item, reports, ctx, schedule, k, len(schedules) - 1, st, found, shrunk)
                 _report_race(item, nextitem, st, [t for _, t, _ in ctx.timed], reports)
             break
         if any(r.skipped for r in reports):
@@ -663,6 +771,111 @@ def _name_thread_timeouts(plugin) -> None:
     plugin.timeout_timer = timeout_timer
 
 
+def _run_schedule(item, nextitem, st, schedule):
+    """One run of the test (setup, call, teardown) whose loops take their
+    Timings from ``schedule`` (None: punctual): (context, reports)."""
+    from _pytest.runner import runtestprotocol
+
+    ctx = _context(item, st, schedule)
+    saved = _session.enter(ctx)
+    try:
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    finally:
+        try:
+            ctx.end()
+        finally:
+            _session.current = saved
+    ctx.end_times = ctx.virtual_times()
+    return ctx, reports
+
+
+def _rerun(item, nextitem, st, timings, bounds=None):
+    """Runs the test once more, unlogged, its loops taking ``timings`` in
+    the order they take Timings (Timing objects, or scripts: (kind, index)
+    -> seconds; a loop past them runs punctually): (failed, context,
+    reports).  ``bounds`` (max_late, max_cost, max_jitter) default to the
+    first Timing's, else the session's."""
+    if bounds is None:
+        first = next((t for t in timings if isinstance(t, Timing)), None)
+        bounds = first._bounds() if first is not None else st.bounds
+    _per_run_timeout(item, "a rerun of the failing run (to minimize it)")
+    ctx, reports = _run_schedule(item, nextitem, st, _session.Scripted(bounds, timings))
+    return any(r.failed for r in reports), ctx, reports
+
+
+class _Shrunk:
+    """What minimizing a failing run did, for the report."""
+
+    __slots__ = ("before", "after", "seconds", "reruns", "reproduced", "out_of_time")
+
+
+def _minimize(item, nextitem, st, ctx, reports, schedule):
+    """Minimizes a failing run: each loop's Timing in turn, the other loops
+    replaying their decisions, with ``Timing.minimize`` (rerunning the
+    test), within ``st.minimize`` real seconds in all.  A rerun counts as
+    failing only if it fails the same way (the same phase, the same
+    exception type): a smaller Timing that breaks the test differently
+    tells another story, so it is not taken (the assertion shown is the
+    one the minimized run raised).  Returns (context, reports, _Shrunk) of
+    the last rerun that failed that way, or the original run's if none
+    did (its decisions did not fail again)."""
+    import time
+
+    timings = [t for _, t, _ in ctx.timed]
+    bounds = (schedule.max_late, schedule.max_cost, schedule.max_jitter)
+    scripts = [t._in_order() for t in timings]
+    info = _Shrunk()
+    info.before = sum(len(s) for s in scripts)
+    info.reruns = 0
+    info.out_of_time = False
+    started = time.monotonic()
+    deadline = started + st.minimize
+    last = None  # (ctx, reports) of the latest rerun that failed the same way
+
+    def run(trial: list) -> bool:
+        nonlocal last
+        info.reruns += 1
+        failed, c, reps = _rerun(item, nextitem, st, trial, bounds)
+        if failed and c.failure is not None and _same_failure(c.failure, ctx.failure):
+            last = (c, reps)
+            return True
+        return False
+
+    for j in range(len(scripts)):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            info.out_of_time = True
+            break
+        if not scripts[j] and last is not None:
+            continue
+
+        def fails(t: Timing, j=j, scripts=scripts) -> bool:
+            trial: list = list(scripts)
+            trial[j] = t
+            return run(trial)
+
+        start = Timing(max_late=bounds[0], max_cost=bounds[1], max_jitter=bounds[2])
+        start._script = dict(scripts[j])
+        start.minimize(fails, rounds=20, seconds=left)
+        if last is None:
+            break  # its own decisions did not fail again: nothing to minimize
+        scripts = [t._in_order() for _, t, _ in last[0].timed]
+    info.seconds = time.monotonic() - started
+    if time.monotonic() >= deadline:
+        info.out_of_time = True
+    info.reproduced = last is not None
+    if last is None:
+        info.after = info.before
+        return ctx, reports, info
+    c, reps = last
+    info.after = sum(len(t.decisions) for _, t, _ in c.timed)
+    return c, reps, info
+
+
+def _same_failure(a: tuple, b: tuple) -> bool:
+    return a[0] == b[0] and a[1] is b[1]
+
+
 def _no_loop_ran(item, reports, k, st) -> bool:
     """A fuzz run in which no VirtualEventLoop ran perturbed nothing: its
     pass would be a lie, so its call fails, saying why (True if it did)."""
@@ -685,8 +898,9 @@ def _no_loop_ran(item, reports, k, st) -> bool:
     return True
 
 
-def _describe(item, reports, ctx, schedule, k, n, st) -> None:
-    times = ", ".join(f"t={t!r}" for t in ctx.virtual_times()) or (
+def _describe(item, reports, ctx, schedule, k, n, st, found=None, shrunk=None) -> None:
+    ends = ctx.end_times if ctx.end_times is not None else ctx.virtual_times()
+    times = ", ".join(f"t={t!r}" for t in ends) or (
         "(its loops are gone)" if ctx.made_any() else "no loop was made"
     )
     lines = [
@@ -694,11 +908,19 @@ def _describe(item, reports, ctx, schedule, k, n, st) -> None:
             f"replaying --timing-replay={schedule.token}"
             if st.replay is not None
             else f"failed on timing-fuzz run {k} of {n} (run 0, punctual, passed)"
-        ),
-        f"virtual time at the end of each loop of the run: {times}",
+        )
     ]
     if isinstance(schedule, _session.Rung):
         lines.insert(1, schedule.describe())
+    token = schedule.token
+    if shrunk is not None:
+        lines.append(_shrunk_line(shrunk, found[0].failure))
+        if shrunk.reproduced:
+            token = _session.Scripted(
+                (schedule.max_late, schedule.max_cost, schedule.max_jitter),
+                [t for _, t, _ in ctx.timed],
+            ).token
+    lines.append(f"virtual time at the end of each loop of the run: {times}")
     for i, (_, timing, lent) in enumerate(ctx.timed):
         shared = " (a loop made before the test, lent this Timing while it ran)" if lent else ""
         lines.append(f"loop {i}{shared}: {timing!r}")
@@ -709,7 +931,9 @@ def _describe(item, reports, ctx, schedule, k, n, st) -> None:
             "failure unless it depends on what earlier tests or runs left on that loop (its "
             "virtual time, timers or tasks still pending)"
         )
-    lines.append(f"replay: {_replay_command(item, schedule.token)}")
+    lines.append(f"replay: {_replay_command(item, token)}")
+    if token != schedule.token:
+        lines.append(f"the run as found, before minimizing: --timing-replay={schedule.token}")
     text = "\n".join(lines)
     for r in reports:
         if r.failed:
@@ -812,6 +1036,24 @@ def _report_race(item, nextitem, st, failing_timings, reports) -> None:
             r.sections.append(("pywheel.testing race", text))
 
 
+def _shrunk_line(shrunk: _Shrunk, failure) -> str:
+    took = f"in {shrunk.seconds:.1f} s ({shrunk.reruns} reruns)"
+    if not shrunk.reproduced:
+        return (
+            f"not minimized: its {shrunk.before} decisions, replayed, did not fail the same "
+            f"way again ({shrunk.reruns} rerun{'s' if shrunk.reruns != 1 else ''}): "
+            f"the failure depends on more than this test's Timings; the run as found is shown"
+        )
+    what = "decision" if shrunk.before == 1 else "decisions"
+    if shrunk.after < shrunk.before:
+        line = f"{shrunk.before} {what}, minimized to {shrunk.after} {took}"
+    else:
+        line = f"{shrunk.before} {what}, none of them could go {took}"
+    if shrunk.out_of_time:
+        line += "; its time ran out (--timing-minimize=SECONDS gives more; 0: off)"
+    return line + f"; shown: the minimized run (it fails with {failure[1].__name__} too)"
+
+
 # ---- the replay line ---------------------------------------------------------
 #
 # It is the command as it was given, so that what the project passes on the
@@ -837,6 +1079,7 @@ _FUZZ_DESTS = frozenset(
         "timing_escalate",
         "timing_replay",
         "timing_trace",
+        "timing_minimize",
         "virtual_time",
     }
 )

@@ -771,12 +771,15 @@ def _name_thread_timeouts(plugin) -> None:
     plugin.timeout_timer = timeout_timer
 
 
-def _run_schedule(item, nextitem, st, schedule):
+def _run_schedule(item, nextitem, st, schedule, *, traced: bool = False):
     """One run of the test (setup, call, teardown) whose loops take their
-    Timings from ``schedule`` (None: punctual): (context, reports)."""
+    Timings from ``schedule`` (None: punctual): (context, reports).  With
+    ``traced``, each loop records a testing.Trace into ``ctx.traces``."""
     from _pytest.runner import runtestprotocol
 
     ctx = _context(item, st, schedule)
+    if traced:
+        ctx.traces = []
     saved = _session.enter(ctx)
     try:
         reports = runtestprotocol(item, nextitem=nextitem, log=False)
@@ -964,18 +967,8 @@ class _Replaying:
 
 
 def _traced_run(item, nextitem, st, schedule) -> tuple[bool, list]:
-    from _pytest.runner import runtestprotocol
-
-    ctx = _context(item, st, schedule)
-    ctx.traces = []
-    saved = _session.enter(ctx)
-    try:
-        reports = runtestprotocol(item, nextitem=nextitem, log=False)
-    finally:
-        try:
-            ctx.end()
-        finally:
-            _session.current = saved
+    _per_run_timeout(item, "a traced rerun of the failure (its race)")
+    ctx, reports = _run_schedule(item, nextitem, st, schedule, traced=True)
     return any(r.failed for r in reports), ctx.traces
 
 

@@ -792,17 +792,18 @@ def _run_schedule(item, nextitem, st, schedule, *, traced: bool = False):
     return ctx, reports
 
 
-def _rerun(item, nextitem, st, timings, bounds=None):
+def _rerun(item, nextitem, st, timings, bounds=None, *, traced: bool = False):
     """Runs the test once more, unlogged, its loops taking ``timings`` in
     the order they take Timings (Timing objects, or scripts: (kind, index)
     -> seconds; a loop past them runs punctually): (failed, context,
     reports).  ``bounds`` (max_late, max_cost, max_jitter) default to the
-    first Timing's, else the session's."""
+    first Timing's, else the session's.  ``traced``: see _run_schedule."""
     if bounds is None:
         first = next((t for t in timings if isinstance(t, Timing)), None)
         bounds = first._bounds() if first is not None else st.bounds
-    _per_run_timeout(item, "a rerun of the failing run (to minimize it)")
-    ctx, reports = _run_schedule(item, nextitem, st, _session.Scripted(bounds, timings))
+    _per_run_timeout(item, "a rerun of the failing run (to minimize or trace it)")
+    schedule = _session.Scripted(bounds, timings)
+    ctx, reports = _run_schedule(item, nextitem, st, schedule, traced=traced)
     return any(r.failed for r in reports), ctx, reports
 
 
@@ -951,27 +952,6 @@ def _describe(item, reports, ctx, schedule, k, n, st, found=None, shrunk=None) -
 # microseconds, and most runs pass).
 
 
-class _Replaying:
-    """A Context's schedule that hands out given Timings, in order (they
-    replay their recorded decisions); past them, punctual loops."""
-
-    def __init__(self, timings: list) -> None:
-        self.timings = list(timings)
-
-    def timing(self, index: int):
-        from ._timing import Timing
-
-        if index < len(self.timings):
-            return self.timings[index]
-        return Timing()
-
-
-def _traced_run(item, nextitem, st, schedule) -> tuple[bool, list]:
-    _per_run_timeout(item, "a traced rerun of the failure (its race)")
-    ctx, reports = _run_schedule(item, nextitem, st, schedule, traced=True)
-    return any(r.failed for r in reports), ctx.traces
-
-
 def _trace_dir(config: pytest.Config) -> str | None:
     where = config.getoption("timing_trace", None)
     if where is None:
@@ -987,8 +967,11 @@ def _trace_failure(item, nextitem, st, failing_timings) -> tuple[str, list[str]]
     from ._draw import draw_race
     from ._trace import divergence, race_timeline
 
-    passed_failed, punctual = _traced_run(item, nextitem, st, None)
-    failed, failing = _traced_run(item, nextitem, st, _Replaying(failing_timings))
+    _per_run_timeout(item, "the punctual run, traced (the race's reference)")
+    ctx, reports = _run_schedule(item, nextitem, st, None, traced=True)
+    passed_failed, punctual = any(r.failed for r in reports), ctx.traces
+    failed, ctx, _ = _rerun(item, nextitem, st, failing_timings, traced=True)
+    failing = ctx.traces
     notes = []
     if passed_failed:
         notes.append("(the punctual rerun failed too: the comparison below may not be the race)")

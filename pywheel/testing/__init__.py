@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from . import _trace
@@ -86,7 +86,10 @@ def draw_race(punctual: Trace, failing: Trace, path=None, *, title: str = "") ->
     return draw(punctual, failing, path, title=title)
 
 
-def call_external(delay: float, callback, *args: Any, context=None) -> Any:
+_T = TypeVar("_T")
+
+
+def call_external(delay: float, callback, *args: Any, context=None) -> asyncio.TimerHandle:
     """An event from the outside world (a reply, a peer's message) arriving
     after ``delay`` seconds: ``loop.call_later(delay, callback, *args)``,
     plus up to the Timing's ``max_jitter`` on a perturbed virtual loop (each
@@ -111,6 +114,10 @@ def call_external(delay: float, callback, *args: Any, context=None) -> Any:
     return loop.call_later(delay, callback, *args, context=context)
 
 
+@overload
+async def latency(delay: float) -> None: ...
+@overload
+async def latency(delay: float, result: _T) -> _T: ...
 async def latency(delay: float, result: Any = None) -> Any:
     """``await asyncio.sleep(delay)`` standing for the outside world (a remote
     call's round trip): up to the Timing's ``max_jitter`` later on a perturbed

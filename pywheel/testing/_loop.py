@@ -25,13 +25,19 @@ import types
 import weakref
 from asyncio import events as _events
 from asyncio import tasks as _tasks
-from typing import Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
 from ..asyncio import WheelEventLoop, _lazy_policy, _policy_base
 from . import _agens, _clocks, _gc, _peers
 from ._sites import callback_site, internal_callback, internal_code, task_site, timer_site
 from ._timing import Timing
+
+if TYPE_CHECKING:
+    from ._trace import Trace
+
+_T = TypeVar("_T")
 
 __all__ = [  # and EventLoopPolicy, where asyncio still has policies (__getattr__)
     "DeadlockError",
@@ -1166,7 +1172,7 @@ def __getattr__(name: str) -> Any:
 
 
 def run(
-    main,
+    main: Coroutine[Any, Any, _T],
     *,
     start: float = 0.0,
     tick: float = 0.001,
@@ -1176,8 +1182,8 @@ def run(
     clocks: bool = True,
     debug: bool | None = None,
     quantum: float = DEFAULT_QUANTUM,
-    trace: Any = None,
-):
+    trace: Trace | None = None,
+) -> _T:
     """``asyncio.run(main)`` on virtual time; returns ``main``'s result.
     ``trace``: a ``testing.Trace`` that records the run (see ``Trace``)."""
     # Checked before the Runner exists, so a bad argument leaves no

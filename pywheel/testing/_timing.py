@@ -13,7 +13,10 @@ import weakref
 from asyncio import AbstractEventLoop
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # hypothesis is imported only when timings() is called
+    from hypothesis.strategies import SearchStrategy
 
 __all__ = ["Timing", "timings"]
 
@@ -742,7 +745,7 @@ def timings(
     max_cost: float = _Default(DEFAULT_MAX_COST),
     max_jitter: float = _Default(DEFAULT_MAX_JITTER),
     max_draws: int = MAX_DRAWS,
-):
+) -> SearchStrategy[Timing]:
     """A hypothesis strategy of ``Timing`` objects (needs hypothesis).
 
     - ``max_late``: each time the loop sleeps toward its next timer it wakes

@@ -81,7 +81,13 @@ CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 NO_CSRC = f"needs the C sources: {CSRC} is absent (they ship in the sdist, not in the wheel)"
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m quick selects by marks
 def pytest_collection_modifyitems(config, items):
+    from quick import is_quick  # the quick set (tests/quick.py)
+
+    for item in items:
+        if is_quick(item):
+            item.add_marker(pytest.mark.quick)
     if os.path.isdir(CSRC):
         return
     for item in items:

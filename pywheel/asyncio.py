@@ -30,7 +30,8 @@ from asyncio import base_events as _base_events
 from asyncio import events as _events
 from asyncio import exceptions as _exceptions
 from asyncio import tasks as _tasks
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from . import _core
 from ._tracebacks import hide as __tracebackhide__  # noqa: F401  (pytest: see there)
@@ -420,7 +421,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def run(main, *, debug: bool | None = None):
+_T = TypeVar("_T")
+
+
+def run(main: Coroutine[Any, Any, _T], *, debug: bool | None = None) -> _T:
     """``asyncio.run(main)`` on a ``WheelEventLoop``."""
     with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
         return runner.run(main)

@@ -43,7 +43,8 @@ import warnings
 from asyncio import coroutines as _coroutines
 from asyncio import events as _events
 from asyncio import format_helpers as _format_helpers
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 try:
     import uvloop as _uvloop
@@ -438,7 +439,16 @@ def new_event_loop() -> Loop:
     return Loop()
 
 
-def run(main, *, loop_factory=new_event_loop, debug: bool | None = None, **run_kwargs):
+_T = TypeVar("_T")
+
+
+def run(
+    main: Coroutine[Any, Any, _T],
+    *,
+    loop_factory: Callable[[], _uvloop.Loop] | None = new_event_loop,
+    debug: bool | None = None,
+    **run_kwargs: Any,
+) -> _T:
     """``uvloop.run(main)`` on a ``pywheel.uvloop.Loop``."""
     return _uvloop.run(main, loop_factory=loop_factory, debug=debug, **run_kwargs)
 

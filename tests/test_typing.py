@@ -6,8 +6,8 @@ The README installs in editable mode (pip install -e .): setuptools then
 writes a static .pth file (pyproject.toml's [tool.setuptools] package-dir says
 why), which mypy reads; the import hook it writes for a flat layout otherwise
 is invisible to mypy.  The revealed types are those of the package's own
-annotations: run() returns its coroutine's result type, timings() a strategy
-of Timing.  docs/howto/typing.md shows the same run.
+annotations: testing.run(), pywheel.asyncio.run() and pywheel.uvloop.run()
+return their coroutine's result type, timings() a strategy of Timing.  docs/howto/typing.md shows the same run.
 """
 
 import importlib.metadata
@@ -35,6 +35,8 @@ PROGRAM = """\
     import asyncio
 
     import pywheel
+    import pywheel.asyncio
+    import pywheel.uvloop
     from pywheel import testing
 
 
@@ -53,6 +55,8 @@ PROGRAM = """\
 
 
     reveal_type(testing.run(answer()))  # int
+    reveal_type(pywheel.asyncio.run(answer()))  # int
+    reveal_type(pywheel.uvloop.run(answer()))  # int
     reveal_type(testing.run(answer(), trace=testing.Trace()))  # int
     reveal_type(testing.timings())  # ...SearchStrategy[pywheel.testing._timing.Timing]
     reveal_type(testing.timings(max_late=0.01))  # ...SearchStrategy[pywheel.testing._timing.Timing]

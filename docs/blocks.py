@@ -212,20 +212,20 @@ def _commands(body: str) -> list[tuple[str, str]]:
     return [(cmd, "\n".join(out)) for cmd, out in pairs]
 
 
-def _shims(scratch: Path) -> Path:
-    """A folder of `python`, `python3` and `pytest` that are this Python."""
-    folder = scratch / ".docs-bin"
-    if not folder.is_dir():
-        folder.mkdir()
-        for name, args in (
-            ("python", ""),
-            ("python3", ""),
-            ("pytest", " -m pytest"),
-        ):
-            shim = folder / name
+def _path(scratch: Path, inherited: str) -> str:
+    """PATH for console commands: the running Python's own folder first (a
+    venv's bin: its `python` and `pytest` are what a reader's would be, and
+    what pywheel's reports name), then shims for any of `python`, `python3`
+    and `pytest` that folder lacks."""
+    home = Path(sys.executable).parent
+    shims = scratch / ".docs-bin"
+    shims.mkdir(exist_ok=True)
+    for name, args in (("python", ""), ("python3", ""), ("pytest", " -m pytest")):
+        if not (home / name).is_file():
+            shim = shims / name
             shim.write_text(f'#!/bin/sh\nexec "{sys.executable}"{args} "$@"\n')
             shim.chmod(0o755)
-    return folder
+    return os.pathsep.join([str(home), str(shims), inherited])
 
 
 def _run_console(block: Block):
@@ -240,9 +240,7 @@ def _run_console(block: Block):
             for k, v in os.environ.items()
             if k not in ("CI", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")
         }
-        env.update(
-            COLUMNS="80", NO_COLOR="1", PATH=f"{_shims(scratch)}{os.pathsep}{env.get('PATH', '')}"
-        )
+        env.update(COLUMNS="80", NO_COLOR="1", PATH=_path(scratch, env.get("PATH", "")))
         # pytest-asyncio (in the test extra) warns in a folder whose config
         # does not set this; the pages show pytest as a project configured
         # for it would print (docs/howto/pytest-asyncio.md sets it).

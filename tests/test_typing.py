@@ -7,7 +7,8 @@ writes a static .pth file (pyproject.toml's [tool.setuptools] package-dir says
 why), which mypy reads; the import hook it writes for a flat layout otherwise
 is invisible to mypy.  The revealed types are those of the package's own
 annotations: testing.run(), pywheel.asyncio.run() and pywheel.uvloop.run()
-return their coroutine's result type, timings() a strategy of Timing.  docs/howto/typing.md shows the same run.
+return their coroutine's result type, timings() a strategy of Timing.
+docs/howto/typing.md shows the same run.
 """
 
 import importlib.metadata

@@ -165,23 +165,19 @@ def one_round(n: int, order: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 def number(x: float, like: float) -> str:
     """x with as many decimals as suit a figure of like's size."""
-    digits = 0 if like >= 100 or float(like).is_integer() else 1 if like >= 1 else 2
+    digits = 0 if like >= 100 else 1 if like >= 1 else 2
     return f"{x:,.{digits}f}"
 
 
 def median(values: list[float], suffix: str = "") -> str:
-    return number(statistics.median(values), statistics.median(values)) + suffix
+    med = statistics.median(values)
+    return number(med, med) + suffix
 
 
 def span(values: list[float]) -> str:
     """'(min-max)' of values, with the median's decimals."""
     med = statistics.median(values)
     return f"({number(min(values), med)}-{number(max(values), med)})"
-
-
-def spread(values: list[float], suffix: str = "") -> str:
-    """'median (min-max)' of values."""
-    return f"{median(values, suffix)} {span(values)}"
 
 
 def load() -> str:

@@ -8,6 +8,11 @@ readable on a phone.  The build is nitpicky with warnings as errors
 (``sphinx-build -W -n``): a broken link between pages, a ``{py:class}`` role
 naming nothing, a page in no toctree all stop it.
 
+Links are checked by the build itself: MyST warns on a link to a missing
+page, heading anchor or file, and ``-n`` on a role naming no object.
+``-b linkcheck`` is not run: what it adds is the external URLs, which need
+the network.
+
 No intersphinx: it downloads the inventories at build time, so a build
 without network (CI here) would warn, and fail under ``-W``.  A reference to
 the standard library (or to pytest, uvloop, hypothesis) renders as code,
@@ -77,6 +82,10 @@ nitpick_ignore_regex = [
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
+# An override without a docstring (WheelEventLoop.call_later, the loops'
+# run_until_complete ...) is left out rather than shown with asyncio's text,
+# which would describe asyncio's handles, not pywheel's.
+autodoc_inherit_docstrings = False
 
 # ---- HTML -------------------------------------------------------------------------
 html_theme = "furo"
@@ -193,7 +202,20 @@ def _outside_markdown(app, doctree):
         node.replace_self(link)
 
 
+def _bases(app, name, obj, options, bases):
+    # "Bases: Loop" would read as the class itself: a base from outside
+    # pywheel is named in full, asyncio's by its public name.
+    for i, base in enumerate(bases):
+        module = getattr(base, "__module__", "")
+        if isinstance(base, type) and not module.startswith("pywheel"):
+            if module.startswith("asyncio") and base.__name__ == "_UnixSelectorEventLoop":
+                bases[i] = ":py:class:`asyncio.SelectorEventLoop`"
+            else:
+                bases[i] = f":py:class:`{module}.{base.__qualname__}`"
+
+
 def setup(app):
+    app.connect("autodoc-process-bases", _bases)
     app.connect("autodoc-process-signature", _signature)
     app.connect("autodoc-process-docstring", _docstring)
     app.connect("doctree-read", _outside_markdown, priority=400)

@@ -202,6 +202,43 @@ def _outside_markdown(app, doctree):
         node.replace_self(link)
 
 
+# ---- the code-block runner's markers, shown --------------------------------------
+# The runner's markers are HTML comments above a block (docs/blocks.py): the
+# page shows none of them.  Two say something a reader needs: a block marked
+# <!-- file: NAME --> is the file NAME, and one marked <!-- output --> is what
+# the block before it printed.  They get that as a caption.
+_MARKER = re.compile(r"<!--\s*(file|output)\s*(?::\s*(.*?))?\s*-->")
+
+
+def _marker_captions(app, doctree):
+    from docutils import nodes
+
+    for raw in list(doctree.findall(nodes.raw)):
+        parent = raw.parent
+        if parent is None or "html" not in raw.get("format", ""):
+            continue
+        index = parent.index(raw)
+        # The markers sit directly above the block: the raw nodes up to it.
+        following = parent.children[index + 1 :]
+        block = next((n for n in following if not isinstance(n, nodes.raw)), None)
+        if not isinstance(block, nodes.literal_block):
+            continue
+        m = _MARKER.search(raw.astext())
+        if not m:
+            continue
+        if m.group(1) == "file":
+            title = nodes.literal(text=m.group(2))
+        elif (m.group(2) or "").startswith("machine-dependent"):
+            title = nodes.Text("Output (the numbers vary by machine)")
+        else:
+            title = nodes.Text("Output")
+        caption = nodes.caption("", "", title)
+        wrapper = nodes.container("", literal_block=True, classes=["literal-block-wrapper"])
+        block.replace_self(wrapper)
+        wrapper += [caption, block]
+        doctree.set_id(wrapper)  # the caption's permalink points at it
+
+
 def _bases(app, name, obj, options, bases):
     # "Bases: Loop" would read as the class itself: a base from outside
     # pywheel is named in full, asyncio's by its public name.
@@ -219,3 +256,4 @@ def setup(app):
     app.connect("autodoc-process-signature", _signature)
     app.connect("autodoc-process-docstring", _docstring)
     app.connect("doctree-read", _outside_markdown, priority=400)
+    app.connect("doctree-read", _marker_captions)

@@ -1,4 +1,4 @@
-"""Statistics (docs/reference/pywheel.md, Wheel.stats): stats() has its documented keys and
+"""Statistics (README, "Statistics"): stats() has its documented keys and
 types, and scheduled == fired + cancelled + pending holds after a mixed
 workload, on a ManualWheel and on a threaded Wheel."""
 

@@ -63,7 +63,7 @@ myst_heading_anchors = 3
 nitpicky = True
 # Names outside pywheel render unlinked (no intersphinx: see above).  The
 # prefixes are modules; the bare names are what the stubs' and signatures'
-# annotations say (Context, Callable, ...).  A pywheel name is never ignored.
+# annotations say (Context, Callable, ...).  A public pywheel name is never ignored.
 _OUTSIDE = (
     r"(asyncio|collections|concurrent|contextvars|enum|logging|os|pathlib|selectors|"
     r"socket|ssl|subprocess|sys|threading|time|types|typing|typing_extensions|"
@@ -74,8 +74,12 @@ nitpick_ignore_regex = [
     (
         r"py:.*",
         r"(Context|Callable|Awaitable|Coroutine|Generator|AsyncGenerator|Iterable|"
-        r"Iterator|Mapping|Sequence|Path|PathLike|Self|Any|TypeVar|ParamSpec|Ts|T)",
+        r"Iterator|Mapping|Sequence|Path|PathLike|Self|Any|TypeVar|ParamSpec|Ts|T|"
+        r"SearchStrategy)",
     ),
+    # A private name in an annotation (a TypeVar such as pywheel.testing._T) is
+    # not documented: shown, not linked.
+    (r"py:.*", r"([\w.]+\.)?_\w*"),
 ]
 
 # ---- autodoc ------------------------------------------------------------------

@@ -1,5 +1,9 @@
-"""The README's worked example for pywheel.testing, run as written: the code
-block under "Testing code that depends on time" and the output shown after it."""
+"""The worked example of pywheel.testing's hypothesis path, run as the
+timing-fuzz tutorial prints it (docs/tutorials/timing-fuzz.md, "The same hunt
+inside one test: hypothesis"; it was the README's): the test file shown
+there, and the failure shown under it.  The docs runner runs the page's
+commands as well; this test checks the example under derandomized
+hypothesis, without pytest in between, and checks the fix the page names."""
 
 import re
 from pathlib import Path
@@ -7,23 +11,27 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-if not README.is_file():  # tests copied out of the tree
-    pytest.skip("README.md is not next to these tests", allow_module_level=True)
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "tutorials" / "timing-fuzz.md"
+if not PAGE.is_file():  # tests copied out of the tree
+    pytest.skip("docs/ is not next to these tests", allow_module_level=True)
+
+NAME = "test_lease_hypothesis.py"
 
 
-def _blocks():
-    text = README.read_text()
-    section = text.split("## Testing code that depends on time", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```(\w*)\n(.*?)```", section, re.S)
+def _example():
+    """The file block named NAME and the console block that runs it."""
+    text = PAGE.read_text()
+    code = re.search(rf"<!-- file: {NAME} -->\n```python\n(.*?)```", text, re.S).group(1)
+    shown = re.search(rf"```console\n\$ pytest [^\n]*{NAME}\n(.*?)```", text, re.S).group(1)
+    # pytest's report lines of the assertion: "E           <text>"
+    errors = [line[1:].strip() for line in shown.splitlines() if line.startswith("E ")]
+    return code, errors
 
 
-def test_readme_worked_example_runs_and_prints_what_the_readme_says():
-    blocks = _blocks()
-    code = next(body for lang, body in blocks if lang == "python")
-    shown = next(body for lang, body in blocks if lang == "")
-    ns = {"__name__": "test_lease"}
-    exec(compile(code, "test_lease.py", "exec"), ns)
+def test_tutorial_hypothesis_example_runs_and_fails_as_the_page_shows():
+    code, errors = _example()
+    ns = {"__name__": NAME.removesuffix(".py")}
+    exec(compile(code, NAME, "exec"), ns)
 
     ns["test_lease_punctual"]()
 
@@ -32,15 +40,14 @@ def test_readme_worked_example_runs_and_prints_what_the_readme_says():
     with pytest.raises(AssertionError) as info:
         late()
     message = str(info.value)
-    first = shown.splitlines()[0]
+    first = errors[0]
+    assert first.startswith("AssertionError: "), errors
     assert first.removeprefix("AssertionError: ") in message
-    expected = next(line for line in shown.splitlines() if line.startswith("timing: "))
+    expected = next(line for line in errors if line.startswith("timing: Timing("))
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert expected in notes, notes
 
-    # The fix the comment names.
-    ns["TTL"] = 10.0
-
+    # The fix the page names: renewing at TTL / 2 passes.
     async def fixed():
         await ns["hold_lease"](ns["TTL"] / 2)
 

@@ -3,12 +3,14 @@ timing-fuzz tutorial prints it (docs/tutorials/timing-fuzz.md, "The same hunt
 inside one test: hypothesis"; it was the README's): the test file shown
 there, and the failure shown under it.  The docs runner runs the page's
 commands as well; this test checks the example under derandomized
-hypothesis, without pytest in between, and checks the fix the page names."""
+hypothesis, without pytest in between, and checks the fix the page names;
+and that the race picture the page shows is what its command draws."""
 
 import re
 from pathlib import Path
 
 import pytest
+from helpers import run_pytest
 from hypothesis import HealthCheck, settings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "tutorials" / "timing-fuzz.md"
@@ -61,3 +63,17 @@ def test_tutorial_hypothesis_example_runs_and_fails_as_the_page_shows():
         testing.run(fixed(), timing=timing)
 
     fixed_passes()
+
+
+def test_tutorial_race_picture_is_what_the_command_draws(tmp_path):
+    """docs/images/lease_race.svg, shown by the tutorial as the picture its
+    --timing-trace command writes, is that command's output, byte for byte
+    (the tutorial's test_lease.py, its replay token)."""
+    text = PAGE.read_text()
+    code = re.search(r"<!-- file: test_lease.py -->\n```python\n(.*?)```", text, re.S).group(1)
+    command = re.search(r"^\$ pytest (test_lease\.py::\S+ .*--timing-trace=race)$", text, re.M)
+    r = run_pytest(tmp_path, {"test_lease.py": code}, *command.group(1).split())
+    assert "1 failed" in r.stdout, r.stdout + r.stderr
+    drawn = (tmp_path / "race" / "test_lease.py__test_lease.svg").read_text()
+    committed = PAGE.parent.parent / "images" / "lease_race.svg"
+    assert drawn == committed.read_text(), "regenerate docs/images/lease_race.svg"

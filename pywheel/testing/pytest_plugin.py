@@ -896,8 +896,9 @@ def _no_loop_ran(item, reports, k, st) -> bool:
         f"It runs on a loop --virtual-time does not make: a loop_factory or event loop "
         f"policy of the suite's own (uvloop, a stock loop), another async library (anyio's "
         f"trio backend), or a loop already running on another thread. A test the fuzz "
-        f"cannot perturb is an error, not a pass: run it on virtual time (the README's "
-        f"pytest section), or deselect it under --timing-fuzz."
+        f"cannot perturb is an error, not a pass: run it on virtual time (docs/howto/"
+        f"real-suites.md: 'A run that perturbed nothing is an error'), or deselect it "
+        f"under --timing-fuzz."
     )
     return True
 

@@ -261,7 +261,7 @@ def test_stock_semantics_hold_on_the_loops(stock):
 
 
 # ---------------------------------------------------------------------------
-# pywheel.TimerHandle, the core's handle (README, What you can rely on), and
+# pywheel.TimerHandle, the core's handle (docs/explanation/guarantees.md), and
 # the package's public names
 
 

@@ -56,6 +56,7 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _KNOWN = {"fragment", "file", "output", "machine-dependent", "requires"}
 _STDOUT = "__docs_stdout__"  # namespace key: what the last python block printed
 _SCRATCH = "__docs_scratch__"
+_SKIPPED = object()  # _STDOUT's value while its block has not run
 
 
 @dataclass
@@ -157,11 +158,11 @@ def _requires(block: Block) -> None:
 
 def _run_python(block: Block, path: str):
     def evaluate(example) -> str | None:
+        example.namespace[_STDOUT] = _SKIPPED  # until it runs
         _requires(block)
         code = compile("\n" * (block.line - 1) + block.body, path, "exec")
         buffer = io.StringIO()
         ns = example.namespace
-        ns[_STDOUT] = None
         try:
             with contextlib.redirect_stdout(buffer):
                 exec(code, ns)
@@ -178,6 +179,10 @@ def _check_output(block: Block):
     def evaluate(example) -> str | None:
         _requires(block)
         actual = example.namespace.get(_STDOUT)
+        if actual is _SKIPPED:
+            import pytest
+
+            pytest.skip("the block whose output this shows was skipped")
         if actual is None:
             return "an output block with no python block run before it on the page"
         if not output_matches(block.body, actual, loose):

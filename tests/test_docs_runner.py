@@ -100,6 +100,16 @@ def test_requires_skips_saying_what_is_missing():
     assert outcome.startswith("skip:") and "no_such_module_here" in outcome
 
 
+def test_the_output_of_a_skipped_block_is_skipped_too():
+    page = (
+        f"{F}python\nprint('one')\n{F}\n\n<!-- requires: no_such_module_here -->\n"
+        f"{F}python\nprint('two')\n{F}\n\n<!-- output -->\n{F}text\ntwo\n{F}\n"
+    )
+    outcomes = run_page(page)
+    assert outcomes[0] == "ok"
+    assert outcomes[1].startswith("skip:") and outcomes[2].startswith("skip:")
+
+
 def test_an_unknown_marker_fails():
     (outcome,) = run_page(f"<!-- fragmnet -->\n{F}sh\nx\n{F}\n")
     assert "unknown marker" in outcome

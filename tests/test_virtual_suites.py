@@ -33,7 +33,7 @@ pytestmark = pytest.mark.virtual_suites
 
 _HANDLE = (
     "isinstance(handle, asyncio.Handle): pywheel's timer handles are its C "
-    "TimerHandle, not asyncio.Handle subclasses (README, Differences from asyncio)"
+    "TimerHandle, not asyncio.Handle subclasses (docs/explanation/asyncio-differences.md)"
 )
 #: suite -> {junit id: reason}: passes on stock, not under --virtual-time.
 EXCEPTED = {

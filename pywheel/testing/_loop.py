@@ -415,6 +415,8 @@ class VirtualEventLoop(WheelEventLoop):
 
     @property
     def timing(self) -> Timing | None:
+        """The ``Timing`` perturbing this loop (``timing=``, or lent for a run by
+        ``pytest --timing-fuzz``), or None: a punctual run."""
         return self._timing
 
     @property

@@ -1,7 +1,8 @@
 """What a program can observe, on WheelEventLoop and through the helpers,
 compared with the stock loop (the oracle): each scenario runs on both and the
 outcomes must agree (issue 10).  Differences that remain on purpose are
-listed in the README ("Differences from asyncio") and asserted as such here.
+listed in docs/explanation/asyncio-differences.md ("Differences from asyncio")
+and asserted as such here.
 """
 
 import asyncio

@@ -493,7 +493,7 @@ def test_bad_arguments_as_uvloop(name):
 
 @needs_uvloop
 def test_non_callable_refused_at_scheduling():
-    """A difference (README): uvloop takes it and fails when the timer runs."""
+    """A difference (docs, Differences from uvloop): uvloop fails when the timer runs."""
     loop = pwu.Loop()
     try:
         with pytest.raises(TypeError):

@@ -194,7 +194,8 @@ BAD = [
     ("call_at", (1, "x"), {}),
 ]
 
-# Where pywheel.uvloop differs from uvloop on purpose (README): a callback
+# Where pywheel.uvloop differs from uvloop on purpose (docs/explanation/
+# asyncio-differences.md, "Differences from uvloop"): a callback
 # or context refused when scheduled, not when the timer runs; numbers the
 # wheel's clock takes as asyncio's loops do (call_at: when - time() is not
 # taken first; call_later: time() + delay is).

@@ -41,8 +41,8 @@ point, so installing pywheel is enough):
   decisions; with ``--timing-replay`` it minimizes the replayed failure.
 
 It imports neither hypothesis, pytest-asyncio nor anyio.  To run tests of
-those plugins on virtual time, give them the loop factory (README, "Testing
-code that depends on time"):
+those plugins on virtual time, give them the loop factory
+(docs/howto/pytest-asyncio.md, docs/howto/anyio.md):
 
 - pytest-asyncio: ``@pytest.hookimpl(optionalhook=True) def
   pytest_asyncio_loop_factories(config, item): return {"virtual":

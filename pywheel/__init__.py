@@ -1,10 +1,13 @@
 """pywheel: a C timing wheel on its own native thread.
 
-    >>> import pywheel
-    >>> with pywheel.Wheel() as wheel:
-    ...     handle = wheel.call_later(0.5, print, "half a second later")
+    >>> import time, pywheel
+    >>> with pywheel.Wheel() as wheel:   # leaving the block cancels what is pending
+    ...     handle = wheel.call_later(0.05, print, "50 ms later")  # on the wheel's thread
+    ...     time.sleep(0.1)
+    50 ms later
 
-See README.md for the semantics.
+A tutorial: docs/tutorials/idle-timeouts.md; the semantics, each with its
+test: docs/explanation/guarantees.md.
 """
 
 import atexit as _atexit

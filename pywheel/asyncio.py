@@ -154,6 +154,8 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         self._sync_timers()
 
     def call_later(self, delay, callback, *args, context=None):
+        """asyncio's ``call_later``, on the loop's wheel: returns a
+        ``pywheel.TimerHandle`` (in debug mode an ``asyncio.TimerHandle``)."""
         if delay is None:
             raise TypeError("delay must not be None")
         timer = self.call_at(self.time() + delay, callback, *args, context=context)
@@ -162,6 +164,8 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         return timer
 
     def call_at(self, when, callback, *args, context=None):
+        """asyncio's ``call_at``, on the loop's wheel: returns a
+        ``pywheel.TimerHandle`` (in debug mode an ``asyncio.TimerHandle``)."""
         if when is None:
             raise TypeError("when cannot be None")
         self._check_closed()

@@ -156,6 +156,8 @@ class Loop(_uvloop.Loop):
         timers._set_plain(ok, ok)
 
     def call_later(self, delay, callback, *args, context=None):
+        """uvloop's ``call_later``, on the loop's wheel: returns a
+        ``pywheel.TimerHandle`` (in debug mode an ``asyncio.TimerHandle``)."""
         if delay is None:
             raise TypeError("delay must not be None")
         # The hot path is loop.c's; this one serves debug mode, a closed
@@ -167,6 +169,8 @@ class Loop(_uvloop.Loop):
         return self._call_at(when, callback, args, context, _sys_getframe(1))
 
     def call_at(self, when, callback, *args, context=None):
+        """uvloop's ``call_at``, on the loop's wheel: returns a
+        ``pywheel.TimerHandle`` (in debug mode an ``asyncio.TimerHandle``)."""
         return self._call_at(when, callback, args, context, _sys_getframe(1))
 
     def _call_at(self, when, callback, args, context, frame):

@@ -1,4 +1,4 @@
-"""Bad input (README, What you can rely on: "Bad input"): NaN raises
+"""Bad input (docs/explanation/guarantees.md, "Bad input"): NaN raises
 ValueError, None or a non-number TypeError, a non-callable callback or a
 context that is not a Context TypeError, bad keywords and arity TypeError,
 and a refused call changes nothing.  Also the numbers that are accepted:

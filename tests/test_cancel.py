@@ -1,4 +1,4 @@
-"""Cancel (README, What you can rely on: "Cancel"): cancel() returns True if
+"""Cancel (docs/explanation/guarantees.md, "Cancel"): cancel() returns True if
 this call stopped a future run, False otherwise; True means the callback
 never started, also when another thread races the wheel's own, and a timer
 cancelled by an earlier callback of its batch does not run."""

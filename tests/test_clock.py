@@ -1,5 +1,5 @@
-"""The clock (README, What you can rely on: "Clock") and the ManualWheel that
-moves it (README, "Testing your own timer code: ManualWheel"): a threaded
+"""The clock (docs/explanation/guarantees.md, "Clock") and the ManualWheel that
+moves it (docs/howto/manual-wheel.md): a threaded
 wheel's time() is time.monotonic() and runs its callbacks with their
 arguments (a dropped handle too); a ManualWheel starts where it is told, runs
 each timer at its tick, never goes backwards, and says when its next

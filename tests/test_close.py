@@ -1,4 +1,4 @@
-"""Close (README, What you can rely on: "Close"): close() cancels every timer
+"""Close (docs/explanation/guarantees.md, "Close"): close() cancels every timer
 that has not started and returns them in deadline order, refuses new timers
 afterwards, works as a context manager, and waits for a running callback
 (up to its timeout), also when called from a callback or from several

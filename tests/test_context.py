@@ -1,4 +1,4 @@
-"""Context (README, What you can rely on: "Context"): each callback runs in a
+"""Context (docs/explanation/guarantees.md, "Context"): each callback runs in a
 copy of the contextvars context current when it was scheduled, or in the
 context= passed; what a callback sets does not leak to the caller or to other
 callbacks, and a repeating timer uses its context for every run."""

@@ -1,4 +1,4 @@
-"""Errors (README, What you can rely on: "Errors"; Guarantees and limits:
+"""Errors (docs/explanation/guarantees.md: "Errors";
 "Exceptions of every kind"): an exception in a callback never stops the
 wheel.  It goes to the exception handler (the default one logs on the
 "pywheel" logger); a handler that raises is reported, and when the default
@@ -250,7 +250,7 @@ EXC_TYPES = {
 def test_threaded_callback_raising_anything_is_reported_and_the_wheel_goes_on(kind):
     # On a threaded wheel there is no caller to give an exception to: every
     # kind, KeyboardInterrupt and SystemExit included, goes to the handler
-    # (README "Errors") and the wheel -- and the process -- carry on.
+    # (docs/explanation/guarantees.md, "Errors") and the wheel -- and the process -- carry on.
     rec = Recorder()
     with Wheel() as w:
         w.set_exception_handler(rec)
@@ -283,9 +283,9 @@ NOT_EXCEPTIONS = ["KeyboardInterrupt", "SystemExit", "GeneratorExit", "CustomBas
 
 @pytest.mark.parametrize("kind", NOT_EXCEPTIONS)
 def test_manual_base_exception_propagates_and_keeps_the_rest_pending(kind):
-    # README: on a ManualWheel they propagate out of advance(), leaving the
-    # unrun timers pending in their places.  A repeating timer that raised one
-    # is re-armed and keeps its cadence.
+    # docs/explanation/guarantees.md, "Errors": on a ManualWheel they propagate
+    # out of advance(), leaving the unrun timers pending in their places.  A
+    # repeating timer that raised one is re-armed and keeps its cadence.
     w = ManualWheel()
     ran = []
 

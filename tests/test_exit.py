@@ -1,5 +1,5 @@
-"""Interpreter exit (README, What you can rely on: "Interpreter exit";
-Guarantees and limits: "Process lifecycle"): an atexit hook closes every
+"""Interpreter exit (docs/explanation/guarantees.md, "Interpreter exit";
+"Process lifecycle"): an atexit hook closes every
 wheel before the interpreter finalizes, whatever is pending or running at
 the time: timers due during shutdown, sys.exit() and unhandled exceptions in
 the main thread, a callback still running (within pywheel.EXIT_GRACE, or past
@@ -139,7 +139,7 @@ def test_unhandled_exception_in_the_main_thread_while_timers_run():
 
 
 def test_system_exit_in_a_callback_does_not_end_the_process():
-    # README "Errors": on a threaded wheel SystemExit and KeyboardInterrupt
+    # docs/explanation/guarantees.md, "Errors": on a threaded wheel SystemExit and KeyboardInterrupt
     # from a callback are reported like any other error.
     proc = run(
         """

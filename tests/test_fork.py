@@ -1,4 +1,4 @@
-"""Fork (README, What you can rely on: "Fork"; Guarantees and limits:
+"""Fork (docs/explanation/guarantees.md: "Fork";
 "Process lifecycle"): in a forked child every Wheel inherited from the parent
 is closed and new wheels work, at any moment of the parent: idle,
 mid-callback, from a callback, while another thread advances a ManualWheel,
@@ -190,10 +190,10 @@ def test_fork_from_inside_a_callback(child_ends):
 
 @needs_fork
 def test_fork_while_another_thread_advances_a_manual_wheel():
-    # README: a ManualWheel keeps working in the child.  Forked while another
-    # thread is inside advance() (its callback sleeping): in the child that
-    # thread is gone; the timers of its unfinished batch are still pending
-    # and a new advance() runs them, once.
+    # docs/explanation/guarantees.md, "Fork": a ManualWheel keeps working in
+    # the child.  Forked while another thread is inside advance() (its
+    # callback sleeping): in the child that thread is gone; the timers of its
+    # unfinished batch are still pending and a new advance() runs them, once.
     proc = run_forking(
         """
         m = pywheel.ManualWheel()

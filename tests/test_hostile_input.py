@@ -1,9 +1,9 @@
-"""Hostile input (README, Guarantees and limits: "Hostile input"): NaN,
+"""Hostile input (docs/explanation/guarantees.md, "Hostile input"): NaN,
 infinities, huge ints, Fractions, Decimals, bools, strings, objects whose
 __float__ raises or whose __del__ cancels timers, advances or closes the
 wheel, and the collector running at the worst moment: always the documented
 exception or behaviour, never a crash.  A hypothesis fuzz checks every call
-against the documented rules (README, "Bad input"), on a ManualWheel and a
+against the documented rules (docs/explanation/guarantees.md, "Bad input"), on a ManualWheel and a
 threaded Wheel; wheels and handles refuse copy and pickle."""
 
 import contextvars
@@ -155,7 +155,7 @@ acting = st.builds(FloatActs, st.sampled_from(ACTIONS), st.sampled_from([0.0, 0.
 values = st.one_of(numbers, junk, acting)
 
 
-# The clock's range (README, "Guarantees and limits"): |t| < 2**63 ns.
+# The clock's range (docs/explanation/guarantees.md, "Clock"): |t| < 2**63 ns.
 RANGE_NS = 2.0**63
 
 
@@ -166,7 +166,7 @@ def _in_range(s: float) -> bool:
 
 def _seconds(v):
     """The float seconds a valid number stands for, or the exception class
-    the documented rules demand ('Bad input' in the README)."""
+    the documented rules demand ('Bad input' in docs/explanation/guarantees.md)."""
     if isinstance(v, FloatRaises):
         return type(v.exc)
     if isinstance(v, FloatReturns):

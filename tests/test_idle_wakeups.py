@@ -1,11 +1,11 @@
-"""An idle wheel never wakes up (README), whatever its tick and however far
+"""An idle wheel never wakes up (docs/explanation/threading.md), whatever its tick and however far
 its timers are: a deadline beyond the wheel's span (64**6 ticks: 68.7 s at
 1 ns, 19 h at 1 us) waits on the overflow list, and the thread sleeps toward
 that deadline itself, not toward the span's end and not at once.
 
 stats()['wakeups'] counts every return of the thread from its wait: a timer
 scheduled while the thread sleeps with nothing pending is a new earliest
-deadline, which signals it once (README, Threading model).  So each wheel
+deadline, which signals it once (docs/explanation/threading.md).  So each wheel
 here settles on its deadline first; from then on, for a generous window, the
 count must not move.  All wheels share one window, so the test takes about
 two seconds, and it asserts counts, not speed.

@@ -1,4 +1,4 @@
-"""Load (README, Guarantees and limits: "Load"): 100,000 and a million pending
+"""Load (docs/explanation/guarantees.md, "Load"): 100,000 and a million pending
 timers with half cancelled: none lost, none run twice, none of the cancelled
 run; a slow callback first in a large batch delays only the callbacks after
 it, and cancels issued meanwhile are honoured.  The heavy variants carry

@@ -1,11 +1,11 @@
-"""Memory (README, Guarantees and limits: "Memory"): fired, cancelled and
+"""Memory (docs/explanation/guarantees.md, "Memory"): fired, cancelled and
 closed timers release their callback, arguments and context at once, with
 or without the collector; reference cycles through a callback (back to its
 handle, its wheel, a subclass with a finalizer) are collected; repeated
 schedule/fire/cancel/raise/close cycles, on ManualWheels and threaded wheels
 and on error paths, come back to the same allocated blocks (pymalloc,
 tracemalloc and malloc) and refcounts.  Dropping a wheel cancels its timers
-(README, "Dropping a wheel")."""
+(docs/explanation/guarantees.md, "Dropping a wheel")."""
 
 import contextvars
 import ctypes

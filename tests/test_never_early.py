@@ -1,4 +1,4 @@
-"""Never early (README, What you can rely on: "Never early"): a callback never
+"""Never early (docs/explanation/guarantees.md, "Never early"): a callback never
 runs before its when(), on a threaded wheel (call_later and call_at) and on a
 ManualWheel, whose time() inside a callback is its deadline's tick.  How a
 float deadline is rounded so that it is never early: test_deadline_rounding.py."""

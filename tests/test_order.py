@@ -1,4 +1,4 @@
-"""Order (README, What you can rely on: "Order"): of two timers pending at
+"""Order (docs/explanation/guarantees.md, "Order"): of two timers pending at
 the same moment, the earlier deadline runs first, within one tick too, equal
 deadlines in scheduling order, and a re-armed timer takes a fresh place; a
 ManualWheel matches a sorted-list model."""

@@ -1,4 +1,4 @@
-"""Out of memory (README, Guarantees and limits: "Memory"): scheduling that
+"""Out of memory (docs/explanation/guarantees.md, "Memory"): scheduling that
 cannot allocate raises MemoryError and changes nothing.  Through the C test
 hook (_fail_alloc_after, skipped without it) at every allocation point,
 against a model; and through CPython's own allocator faults (_testcapi) in a

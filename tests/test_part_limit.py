@@ -1,5 +1,6 @@
 """A threaded wheel hands a large expiry to the callbacks in parts of at most
-4096 (README, Threading model and Statistics) in every kind of tick.
+4096 (docs/explanation/threading.md; stats()'s max_batch in docs/reference/) in every
+kind of tick.
 
 Tick 0 (deadlines at or before the clock's epoch, `reschedule(-inf)`) and
 ticks longer than 2**32 ns have more offsets than the wheel's per-timer order

@@ -37,7 +37,7 @@ offsets = st.sampled_from([-1.0, -1e-3, 0.0, 1e-9, 5e-4, 1e-3, 1.5e-3, 2e-3, 0.0
 # How many times callbacks may act on other timers within one step.  A
 # callback that moves a repeating timer into the past (itself, or one whose
 # callback moves it back) makes a program that never ends: advance() runs
-# what callbacks make due inside its window, by design (README, ManualWheel),
+# what callbacks make due inside its window, by design (docs/howto/manual-wheel.md),
 # so such a step ran forever, at 100 % CPU and with no output, in the runs
 # whose random programs drew it (issue 27 #11: a hang "on 3.14 under load"
 # that is neither).  Past the budget callbacks only check the counts.

@@ -1,4 +1,4 @@
-"""Repeating (README, What you can rely on: "Repeating"): call_every runs at
+"""Repeating (docs/explanation/guarantees.md, "Repeating"): call_every runs at
 a fixed rate anchored at the first run, never early and without drift when
 the interval is not a multiple of the tick; runs a stall (or a ManualWheel
 jump) made impossible are skipped and counted, not run late in a burst; it

@@ -1,4 +1,4 @@
-"""Signals (README, Guarantees and limits: "Signals"; "Process lifecycle"):
+"""Signals (docs/explanation/guarantees.md: "Signals"; "Process lifecycle"):
 the wheel thread blocks every signal while it waits, so SIGINT reaches the
 main thread while timers run and Ctrl-C interrupts a close() that waits;
 callbacks run with the signal mask of the thread that created the wheel, so

@@ -1,4 +1,4 @@
-"""The C sources show the layers (README, "Layout and development").
+"""The C sources show the layers (docs/development.md, "Layout").
 
 csrc/core/ is the pure core (the wheel, the driver, the slabs and their C
 tests): libc and pthreads only, so nothing in it may include Python.h.

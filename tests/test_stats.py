@@ -1,4 +1,5 @@
-"""Statistics (README, "Statistics"): stats() has its documented keys and
+"""Statistics (docs/tutorials/idle-timeouts.md, "Reading stats()"; the keys in docs/reference/):
+stats() has its documented keys and
 types, and scheduled == fired + cancelled + pending holds after a mixed
 workload, on a ManualWheel and on a threaded Wheel."""
 

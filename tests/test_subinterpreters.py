@@ -1,4 +1,4 @@
-"""A limit (README, Guarantees and limits): pywheel refuses to load in a
+"""A limit (docs/explanation/guarantees.md, "Limits"): pywheel refuses to load in a
 subinterpreter, since its threads, its fork handling and its exit hook are
 process-wide.  In a child interpreter with a timeout; skipped where the
 Python has no way to start a subinterpreter."""

@@ -19,7 +19,8 @@ if str(ROOT) not in sys.path:
 from examples.timing_bugs import EXAMPLES  # noqa: E402
 from examples.timing_bugs.hunt import fails, hunt, survives  # noqa: E402
 
-# What each shrunk Timing must say (the README quotes these runs).
+# What each shrunk Timing must say (docs/explanation/timing-fuzz.md, "Bugs it
+# finds", quotes these runs).
 SHRUNK = {
     # the lease's renewal sleep starts one loop iteration (a 10 µs quantum) in
     "lease": ["woke 2 ms late for the deadline t=9.99801 (task in hold() at lease.py:"],

@@ -1,10 +1,10 @@
-"""Threads (README, Guarantees and limits: "Threads"): any number of threads
+"""Threads (docs/explanation/guarantees.md, "Threads"): any number of threads
 may schedule, cancel and close at once; scheduled == fired + cancelled +
 pending holds afterwards, no timer runs twice, every handle ends exactly one
 way, and a new earliest deadline arriving while the thread sleeps toward a
 far one is never missed (the lost-wakeup races).  Also many threads creating
 and dropping wheels at once, and a ManualWheel advanced from two threads
-(README "Limits": one may be refused, no timer runs twice or is lost).
+(docs/explanation/guarantees.md, "Limits": one may be refused, no timer runs twice or is lost).
 The heavy variant carries @pytest.mark.slow."""
 
 import collections

@@ -1,10 +1,10 @@
 """pytest --timing-fuzz perturbs the loop a test actually runs on, whatever
 its scope: function, module or session, under pytest-asyncio and under
 anyio's plugin (where an async fixture of a wider scope keeps its runner, and
-so its loop, for that scope).  The README's lease example and the six
-examples/timing_bugs/ bugs are caught on each; a fuzz run in which no
-VirtualEventLoop ran is an error, not a pass.  Each run is a fresh pytest in
-a subprocess."""
+so its loop, for that scope).  The lease example of the timing-fuzz tutorial
+(docs/tutorials/timing-fuzz.md) and the six examples/timing_bugs/ bugs are
+caught on each; a fuzz run in which no VirtualEventLoop ran is an error, not
+a pass.  Each run is a fresh pytest in a subprocess."""
 
 import re
 from pathlib import Path
@@ -13,9 +13,9 @@ import pytest
 from helpers import run_pytest, run_shell
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
-if not (ROOT / "examples" / "timing_bugs").is_dir() or not README.is_file():
-    pytest.skip("examples/ and README.md are not next to these tests", allow_module_level=True)
+TUTORIAL = ROOT / "docs" / "tutorials" / "timing-fuzz.md"
+if not (ROOT / "examples" / "timing_bugs").is_dir() or not TUTORIAL.is_file():
+    pytest.skip("examples/ and docs/ are not next to these tests", allow_module_level=True)
 
 SCOPES = ["function", "module", "session"]
 RUNNERS = ["pytest-asyncio", "anyio"]
@@ -23,7 +23,7 @@ RUNNERS = ["pytest-asyncio", "anyio"]
 # Each bug under the bound its module names (PERTURB), grouped so that one
 # pytest run fuzzes a group with one set of --timing-max-* options.
 GROUPS = {
-    "late": ["readme_lease", "lease", "billing_drift"],
+    "late": ["tutorial_lease", "lease", "billing_drift"],
     "jitter": ["reply_mismatch", "overlapping_job"],
     "cost": ["watchdog"],
     "cost_lru": ["lru_ttl"],
@@ -36,23 +36,23 @@ BOUNDS = {
 }
 
 
-def _readme_lease() -> str:
-    """The README's worked example (its first python block), as a module."""
-    section = README.read_text().split("## Testing code that depends on time", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def _tutorial_lease() -> str:
+    """The timing-fuzz tutorial's lease example (the page's first python
+    block, its test_lease.py), as a module."""
+    return re.search(r"```python\n(.*?)```", TUTORIAL.read_text(), re.S).group(1)
 
 
 def _call(name: str) -> str:
-    if name == "readme_lease":
-        return "readme_lease.hold_lease(readme_lease.TTL - 0.002)"
+    if name == "tutorial_lease":
+        return "tutorial_lease.hold_lease(tutorial_lease.TTL - 0.002)"
     return f"{name}.scenario()"
 
 
 def _imports(names) -> str:
     lines = []
     for name in names:
-        if name == "readme_lease":
-            lines.append("import readme_lease")
+        if name == "tutorial_lease":
+            lines.append("import tutorial_lease")
         else:
             lines.append(f"from examples.timing_bugs import {name}")
     return "\n".join(lines)
@@ -119,8 +119,8 @@ def _files(runner: str, scope: str, names) -> dict:
     files = {"pytest.ini": ini, "test_bugs.py": "\n".join(tests)}
     if conftest:
         files["conftest.py"] = conftest
-    if "readme_lease" in names:
-        files["readme_lease.py"] = _readme_lease()
+    if "tutorial_lease" in names:
+        files["tutorial_lease.py"] = _tutorial_lease()
     return files
 
 
@@ -152,7 +152,7 @@ def _check_caught(r, names, scope):
 @pytest.mark.parametrize("scope", SCOPES)
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_fuzz_perturbs_the_loop_of_every_scope(tmp_path, runner, scope):
-    """The README's lease example and the late-wake-up bugs: caught with a
+    """The tutorial's lease example and the late-wake-up bugs: caught with a
     function-, module- or session-scoped loop, and the replay line (run as
     printed) fails the same way."""
     _needs(runner)

@@ -1,7 +1,7 @@
 """pytest-timeout under --timing-fuzz: each run of a fuzzed test (its setup,
 call and teardown) gets the whole budget, as the test has without the fuzz;
 one run that takes longer still times out, and the report names the run
-(README, "Testing code that depends on time").  Both of pytest-timeout's
+(docs/howto/real-suites.md, "With pytest-timeout").  Both of pytest-timeout's
 methods; real time passes honestly (time.sleep in the test's body)."""
 
 import pytest

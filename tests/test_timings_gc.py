@@ -8,7 +8,8 @@ collector runs depends on allocations outside the program (hypothesis's own,
 earlier examples' garbage), so the same decisions made runs of different
 lengths and hypothesis stopped with "inconsistent data".  A loop given a
 ``timing=`` keeps the collector off from its first run until it is closed
-(README, "Timing fuzz")."""
+(docs/explanation/timing-fuzz.md, "The garbage collector during a
+perturbed run")."""
 
 import asyncio
 import gc

@@ -2,8 +2,8 @@
 (aiolimiter, async-lru, aiocache's memory backend, tenacity's asyncio tests,
 aiohttp's client and websocket functional tests), unmodified, from its sdist,
 passes under ``pytest --virtual-time`` wherever it passes on the stock loop,
-except the tests in EXCEPTED (listed with their reasons in the README,
-"Testing code that depends on time").
+except the tests in EXCEPTED (listed with their reasons in
+docs/explanation/virtual-time.md, "Tests that differ under --virtual-time").
 
 The venvs are made once under ~/.cache/pywheel-virtual-suites
 (benchmarks/sdists.py) from PyPI; a suite whose sdist or dependencies cannot
@@ -63,7 +63,7 @@ def _tail(out, name):
 
 #: the suites as their projects run them (aiohttp-fast is a benchmark variant;
 #: MORE_SUITES, issue 27's, are run by name: some of their tests need an
-#: outside clock, the README lists them)
+#: outside clock, docs/explanation/virtual-time.md lists them)
 SUITES = [name for name in vs.DEFAULT_SUITES if "venv" not in vs.SUITES[name]]
 
 
@@ -81,7 +81,7 @@ def test_suite_loses_nothing_on_virtual_time(suite, tmp_path):
     for tid in excepted:  # the list names tests that exist and still need it
         assert tid in stock["outcomes"], f"{tid} is no longer in {suite}'s suite"
         assert virtual["outcomes"].get(tid) != "pass", (
-            f"{tid} passes on virtual time now: drop it from EXCEPTED and the README"
+            f"{tid} passes on virtual time now: drop it from EXCEPTED and the docs"
         )
     lost = sorted(t for t in on_stock - _passed(virtual) if t not in excepted)
     if lost:  # once more, alone: what the full run's load or order did is said apart

@@ -436,7 +436,7 @@ static PyMethodDef manual_methods[] = {
     {"run_due", (PyCFunction)(void (*)(void))manual_run_due, METH_FASTCALL | METH_KEYWORDS,
      "run_due($self, /, when)\n--\n\nReturns int. "
      "Move time to `when` and run every timer whose exact deadline is <= when, as one batch "
-     "(the event-loop flavour of advance_to: what those callbacks pw__schedule waits for the "
+     "(the event-loop flavour of advance_to: what those callbacks schedule waits for the "
      "next call)."},
     {"collect_due", (PyCFunction)(void (*)(void))manual_collect_due, METH_FASTCALL | METH_KEYWORDS,
      "collect_due($self, /, when)\n--\n\nReturns int. "

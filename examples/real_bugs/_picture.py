@@ -1,4 +1,5 @@
-"""The picture of one corpus bug's race (README, "Reading a failure").
+"""The picture of one corpus bug's race (docs/explanation/timing-fuzz.md,
+"Reading a failure").
 
     python -m examples.real_bugs._picture NAME [OUTDIR]   # in the bug's cached venv
     python examples/real_bugs/_picture.py NAME OUTDIR      # inside that venv

@@ -59,7 +59,7 @@ DEFAULT_AUTOJUMP_THRESHOLD = 0.05
 #: it works gets through a second of it in about a second of real time, no
 #: slower than on a real machine.  1 µs made websockets' sleep(0) busy-wait
 #: test (0.2 s of polling, in asyncio's debug mode) take 37 s instead of 1.9 s
-#: (0.2 s on the stock loop), and lost no more tests (README, "Virtual time").
+#: (0.2 s on the stock loop), and lost no more tests (docs/explanation/virtual-time.md).
 DEFAULT_QUANTUM = 1e-5
 
 #: The longest one real wait for work on another thread (then re-checked).
@@ -421,6 +421,8 @@ class VirtualEventLoop(WheelEventLoop):
 
     @property
     def timing(self) -> Timing | None:
+        """The ``Timing`` perturbing this loop (``timing=``, or lent for a run by
+        ``pytest --timing-fuzz``), or None: a punctual run."""
         return self._timing
 
     @property

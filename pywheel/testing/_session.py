@@ -156,8 +156,8 @@ class Rung(Schedule):
             line += f"; passed at {passed}"
         return (
             line + ": a margin exceeded, the program's (a race on a loaded machine) or "
-            "the test's own (an assertion of how long something takes): README, 'Sizing "
-            "the bounds'"
+            "the test's own (an assertion of how long something takes): see 'Size the "
+            "bounds to the program' in the docs (docs/howto/real-suites.md)"
         )
 
 

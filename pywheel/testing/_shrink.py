@@ -37,7 +37,7 @@ generation phase finds the failure again.  The note gives the minimized
 Timing's token (``Timing.from_token``) for a rerun by hand.
 
 Outside pytest nothing wraps a test, and hypothesis shrinks as it always
-did (``timing.minimize`` by hand, README)."""
+did (``timing.minimize`` by hand, docs/explanation/timing-fuzz.md)."""
 
 from __future__ import annotations
 

@@ -41,8 +41,8 @@ point, so installing pywheel is enough):
   decisions; with ``--timing-replay`` it minimizes the replayed failure.
 
 It imports neither hypothesis, pytest-asyncio nor anyio.  To run tests of
-those plugins on virtual time, give them the loop factory (README, "Testing
-code that depends on time"):
+those plugins on virtual time, give them the loop factory
+(docs/howto/pytest-asyncio.md, docs/howto/anyio.md):
 
 - pytest-asyncio: ``@pytest.hookimpl(optionalhook=True) def
   pytest_asyncio_loop_factories(config, item): return {"virtual":
@@ -896,8 +896,9 @@ def _no_loop_ran(item, reports, k, st) -> bool:
         f"It runs on a loop --virtual-time does not make: a loop_factory or event loop "
         f"policy of the suite's own (uvloop, a stock loop), another async library (anyio's "
         f"trio backend), or a loop already running on another thread. A test the fuzz "
-        f"cannot perturb is an error, not a pass: run it on virtual time (the README's "
-        f"pytest section), or deselect it under --timing-fuzz."
+        f"cannot perturb is an error, not a pass: run it on virtual time (docs/howto/"
+        f"real-suites.md: 'A run that perturbed nothing is an error'), or deselect it "
+        f"under --timing-fuzz."
     )
     return True
 

@@ -162,3 +162,28 @@ def test_a_new_thread_is_seen_after_an_older_one_ended():
         return await fut
 
     assert vt.run(main()) == "seen"
+
+
+def test_an_anyio_thread_job_beats_a_longer_virtual_timeout():
+    # anyio's to_thread.run_sync runs on anyio's own workers, not through
+    # run_in_executor: before, the clock jumped to the 1 s deadline after
+    # autojump_threshold while the 0.3 s job still ran (the task read
+    # t >= 1.0 after it: a real clock reads 0.3).
+    anyio = pytest.importorskip("anyio")
+
+    async def main():
+        with anyio.fail_after(1.0):
+            got = await anyio.to_thread.run_sync(_work, 0.3)
+        start = anyio.current_time()
+        await anyio.sleep(100)  # the worker now idles: the clock jumps again
+        return got, start, anyio.current_time()
+
+    for _ in range(RUNS):
+        t0 = time.clock_gettime(time.CLOCK_MONOTONIC)  # real: time.monotonic is virtual
+        got, start, end = anyio.run(
+            main, backend="asyncio", backend_options={"loop_factory": vt.new_event_loop}
+        )
+        assert got == "result" and start < 1.0
+        assert end - start == pytest.approx(100, abs=0.01)
+        # An idle worker is not held for (a threshold wait, then the jump).
+        assert time.clock_gettime(time.CLOCK_MONOTONIC) - t0 < 10

@@ -20,6 +20,7 @@ import heapq
 import itertools
 import math
 import os
+import sys as _sys
 import threading as _threading
 import types
 import weakref
@@ -135,9 +136,10 @@ class _VirtualSelector:
             return events
         threshold = loop._autojump_threshold
         # busy: work handed to another thread (an executor or to_thread job,
-        # a testing.outside() block); fds: sockets, pipes, child processes;
-        # threads: a thread the program started since the loop first ran.
-        busy = loop._jobs > 0 or bool(loop._outside)
+        # anyio's to_thread.run_sync, a testing.outside() block); fds:
+        # sockets, pipes, child processes; threads: a thread the program
+        # started since the loop first ran.
+        busy = loop._jobs > 0 or bool(loop._outside) or loop._anyio_jobs()
         fds = loop._outstanding()
         # A loop on a background thread (a portal's, a "server in a thread"
         # fixture's: aiosmtpd's Controller, anyio's blocking portal) is driven
@@ -527,6 +529,39 @@ class VirtualEventLoop(WheelEventLoop):
                 and t.ident != me
                 and not isinstance(t, _threading._DummyThread)
                 and t not in workers
+            ):
+                return True
+        return False
+
+    def _anyio_jobs(self) -> bool:
+        """A job of anyio's ``to_thread.run_sync()`` is running for this loop.
+
+        anyio runs those on worker threads of its own, not through
+        ``run_in_executor``, so they are not counted in ``_jobs``; left to
+        ``_new_threads_alive``, the clock jumped to the next timer after
+        ``autojump_threshold`` while the job still worked (a 0.5 s job beside
+        a 1 s timer read 1.0 s of virtual time, 0.5 s on a real clock).  A
+        worker holds a job from the moment it is queued (its queue has an
+        unfinished item) until the loop took its result, which puts it back
+        on its idle list (``_report_result``, on this thread; the worker's
+        own ``task_done()`` comes later, on its thread, and no wake-up
+        follows it, so it cannot be what ends the job here); a stopping
+        worker's queue holds the stop sentinel, which is no job.  Read from
+        anyio's worker objects (anyio 4's ``WorkerThread``: ``loop``,
+        ``queue``, ``idle_workers``, ``stopping``); where they differ,
+        nothing is counted and such threads are waited for as any other new
+        thread is."""
+        backend = _sys.modules.get("anyio._backends._asyncio")
+        worker = getattr(backend, "WorkerThread", None)
+        if not isinstance(worker, type):
+            return False
+        for t in _threading.enumerate():
+            if (
+                isinstance(t, worker)
+                and getattr(t, "loop", None) is self
+                and not getattr(t, "stopping", True)
+                and getattr(getattr(t, "queue", None), "unfinished_tasks", 0) > 0
+                and t not in getattr(t, "idle_workers", (t,))
             ):
                 return True
         return False

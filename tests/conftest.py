@@ -74,11 +74,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/wheel_cffi.py
 
-# The C sources beside tests/: in a checkout and in the sdist.  The tests that
-# compile them (test_c.py, test_packaging.py's compiler checks, the cffi
-# binding in wheel_cffi.py) skip, saying why, in a copy of tests/ without them.
-CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
-NO_CSRC = f"needs the C sources: {CSRC} is absent (they ship in the sdist, not in the wheel)"
+from helpers import CSRC, NO_CSRC  # noqa: E402
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m quick selects by marks

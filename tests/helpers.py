@@ -19,6 +19,13 @@ import pywheel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The C sources beside tests/: in a checkout and in the sdist.  The tests that
+# compile them (test_c.py, test_packaging.py's compiler checks, the cffi
+# binding in wheel_cffi.py, test_source_layout.py) skip, saying why, in a copy
+# of tests/ without them.
+CSRC = os.path.join(ROOT, "csrc")
+NO_CSRC = f"needs the C sources: {CSRC} is absent (they ship in the sdist, not in the wheel)"
+
 # The folder holding the pywheel package this test run imported: the source
 # tree for an editable install, site-packages for an installed wheel.  Child
 # interpreters get it first on their path, and PYTHONSAFEPATH so that their

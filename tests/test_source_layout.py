@@ -10,11 +10,7 @@ import os
 import re
 
 import pytest
-
-# As tests/conftest.py has them; imported from there no more, since the root's
-# conftest.py (the docs' runner) shares the module name `conftest`.
-CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
-NO_CSRC = f"needs the C sources: {CSRC} is absent (they ship in the sdist, not in the wheel)"
+from helpers import CSRC, NO_CSRC
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(CSRC), reason=NO_CSRC)
 

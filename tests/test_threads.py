@@ -16,7 +16,16 @@ import threading
 import time
 
 import pytest
-from helpers import Recorder, clean_exit, conserved, lines, run, thread_count, wait_for
+from helpers import (
+    Recorder,
+    clean_exit,
+    conserved,
+    lines,
+    needs_thread_count,
+    run,
+    thread_count,
+    wait_for,
+)
 
 from pywheel import ManualWheel, Wheel
 
@@ -364,6 +373,7 @@ def test_manual_wheel_advanced_from_two_threads():
 # many wheels
 
 
+@needs_thread_count
 def test_many_wheels_created_and_dropped_from_many_threads():
     # 1000 wheels from 4 threads, dropped in every state: idle, with timers
     # pending, while a callback runs, from inside their own callback, closed.

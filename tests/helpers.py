@@ -96,17 +96,27 @@ def _thread_counter():
             raise OSError("proc_pidinfo(PROC_PIDTASKINFO) failed")
         return info[21]
 
+    return _probed(count)
+
+
+def _probed(count):
+    # count, if it counts at least Python's threads and one more while a
+    # thread is started for it (a wrong struct layout reads something else);
+    # else None.
+    import threading
     for _ in range(3):  # another thread may come or go meanwhile: try again
+        go = threading.Event()
+        t = threading.Thread(target=go.wait)
         try:
             before = count()
-            go = threading.Event()
-            t = threading.Thread(target=go.wait)
             t.start()
             during = count()
-            go.set()
-            t.join()
         except OSError:
             return None
+        finally:
+            go.set()
+            if t.ident is not None:
+                t.join()
         if before >= threading.active_count() and during == before + 1:
             return count
     return None

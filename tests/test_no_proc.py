@@ -22,7 +22,7 @@ import textwrap
 import threading
 
 import pytest
-from helpers import NO_PROC_ENV, child_env, run_pytest
+from helpers import NO_PROC_ENV, THREAD_COUNT_CODE, child_env, run_pytest
 
 from pywheel.testing import VirtualEventLoop, _peers
 
@@ -51,6 +51,26 @@ def test_the_switch_is_read_at_import():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split(maxsplit=1) == ["False", f"switched off by {_peers.NO_PROC_ENV}\n"]
     assert out.stderr == ""
+
+
+def test_a_thread_count_source_is_checked_before_use():
+    # macOS's count comes through a C struct read with ctypes: a wrong
+    # layout must give no source (the tests skip), not a wrong count.
+    ns: dict = {}
+    exec(THREAD_COUNT_CODE, ns)
+    probed = ns["_probed"]
+    assert probed(lambda: 7) is None
+    assert probed(lambda: 10**6) is None
+    counts = iter(range(1000, 0, -1))
+    assert probed(lambda: next(counts)) is None
+
+    def failing():
+        raise OSError("proc_pidinfo failed")
+
+    assert probed(failing) is None
+    if os.path.isdir("/proc/self/task"):
+        real = lambda: len(os.listdir("/proc/self/task"))  # noqa: E731
+        assert probed(real) is real
 
 
 @pytest.fixture
@@ -175,7 +195,8 @@ def test_pytest_virtual_time_says_it_in_its_header(tmp_path, monkeypatch, off):
         monkeypatch.setenv(_peers.NO_PROC_ENV, "1")
     else:
         monkeypatch.delenv(_peers.NO_PROC_ENV, raising=False)
-    proc = run_pytest(tmp_path, {"test_s.py": SOCKET_TEST}, "--virtual-time", "-p", "no:asyncio", "-v")
+    args = ("--virtual-time", "-p", "no:asyncio", "-v")
+    proc = run_pytest(tmp_path, {"test_s.py": SOCKET_TEST}, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = [line for line in proc.stdout.splitlines() if "counts as outside" in line]
     if off or not LINUX_PROC:

@@ -374,6 +374,41 @@ def test_a_closed_transport_does_not_vouch_for_its_reused_descriptor():
         b.close()
 
 
+@linux_path
+@pytest.mark.parametrize("error", [PermissionError, OSError])
+def test_an_epoll_whose_fdinfo_cannot_be_read_may_poll_any_socket(monkeypatch, error):
+    # Another thread's epoll instance (here, one made for it) whose
+    # /proc/self/fdinfo cannot be read may list the idle peer: unsure, so
+    # outside.  (One closed meanwhile, FileNotFoundError, lists nothing.)
+    import builtins
+    import selectors
+
+    real_open = builtins.open
+
+    def no_fdinfo(path, *args, **kwargs):
+        if isinstance(path, str) and path.startswith("/proc/self/fdinfo/"):
+            raise error(path)
+        return real_open(path, *args, **kwargs)
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    other = selectors.EpollSelector()
+    loop = VirtualEventLoop()
+    try:
+        assert not _peers.Peers(loop).any_outside({a.fileno(): 1})
+        monkeypatch.setattr(builtins, "open", no_fdinfo)
+        assert _peers.Peers(loop).any_outside({a.fileno(): 1})
+        monkeypatch.undo()
+        assert not _peers.Peers(loop).any_outside({a.fileno(): 1})
+    finally:
+        monkeypatch.undo()
+        other.close()
+        loop.close()
+        a.close()
+        b.close()
+
+
 def test_a_loop_on_a_thread_waits_for_the_thread_that_drives_it():
     # anyio's BlockingPortal: a loop on a background thread, driven by the
     # thread that started it (known before the loop ran, so not a "new"

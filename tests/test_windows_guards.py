@@ -1,17 +1,20 @@
-"""The Python side where POSIX pieces are missing (Windows): no
-``os.register_at_fork``, no ``time.clock_gettime``, no ``fcntl``, no
-``os.waitid``.  No Windows CPython can be had here, so a child interpreter
-takes them away before importing pywheel, then uses a Wheel, a virtual loop
-whose clocks move by a real ``time.sleep``, and a socket on virtual time
-(outside, without the Linux path: waited for, not jumped over)."""
+"""The Python side where POSIX pieces are missing (Windows): no ``os.fork``
+or ``os.register_at_fork``, ``time.clock_gettime``, ``fcntl``, ``os.waitid``,
+``os.getloadavg`` or ``os.sched_getaffinity``.  No Windows CPython can be had
+here, so a child interpreter takes them away before importing pywheel, then
+uses a Wheel, the demo's machine figures, a virtual loop whose clocks move by
+a real ``time.sleep``, and a socket on virtual time (outside, without the
+Linux path: waited for, not jumped over)."""
 
 from helpers import run_script
 
 WITHOUT_POSIX = """
 import os, sys, time
-del os.register_at_fork
+del os.register_at_fork, os.fork  # (the stdlib's random checks os.fork)
 del time.clock_gettime
 del os.waitid
+del os.getloadavg
+del os.sched_getaffinity
 sys.modules["fcntl"] = None  # import fcntl: ImportError
 real_perf_counter = time.perf_counter
 
@@ -26,6 +29,11 @@ with pywheel.Wheel() as w:
     w.call_later(0.01, fired.set)
     assert fired.wait(10)
 print("wheel ok")
+
+# The demo's figures of the machine (python -m pywheel).
+import pywheel.__main__ as demo
+assert demo.load() == "unknown"
+assert demo.cpus().endswith(" CPUs")
 
 # time.sleep on the loop's thread moves its clocks by the real time slept,
 # measured by the fallback clock.

@@ -160,6 +160,21 @@ def thread_count() -> int:
     return _counting["thread_count"]()
 
 
+def threads_now() -> int | None:
+    """Threads of this process now, native ones included, or None where they
+    cannot be counted: a test whose point is something else (a leak, a
+    refusal) then checks that, not the count (see threads_back)."""
+    return None if NO_THREAD_COUNT is not None else _counting["thread_count"]()
+
+
+def threads_back(base: int | None, timeout: float = 10.0) -> bool:
+    """Whether the thread count falls back to ``base`` (from threads_now())
+    or below within ``timeout``; True where threads are not counted."""
+    if base is None:
+        return True
+    return wait_for(lambda: _counting["thread_count"]() <= base, timeout=timeout)
+
+
 def needs_linux_path():
     """A mark for a test that proves sockets inside the loop through
     pywheel.testing's Linux path (/proc, sock_diag, TCP_INFO): skipped where

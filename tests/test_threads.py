@@ -23,7 +23,8 @@ from helpers import (
     lines,
     needs_thread_count,
     run,
-    thread_count,
+    threads_back,
+    threads_now,
     wait_for,
 )
 
@@ -259,7 +260,7 @@ def test_first_use_race_many_threads_on_a_new_wheel():
 
 def test_many_threads_create_wheels_at_once():
     gc.collect()
-    threads = thread_count()
+    threads = threads_now()
     n = 8
     barrier = threading.Barrier(n)
     ok = []
@@ -282,7 +283,7 @@ def test_many_threads_create_wheels_at_once():
         t.join(60)
     assert ok == [True] * (n * 20)
     gc.collect()
-    assert wait_for(lambda: thread_count() <= threads, timeout=20)
+    assert threads_back(threads, timeout=20)
 
 
 def test_concurrent_close_and_schedule():

@@ -217,3 +217,64 @@ virtual-suites: build
 
 clean:
 	rm -rf build dist *.egg-info pywheel/*.so
+
+# ---- the core's C tests on other POSIX targets ---------------------------------
+# aarch64-check: the core's C tests cross-built for aarch64 Linux (glibc, as
+# manylinux aarch64 wheels are) with Debian's gcc-aarch64-linux-gnu and run
+# under Debian's qemu-user (qemu-aarch64 -L the cross sysroot: no binfmt).
+# musl-check: the same tests built statically against musl with Debian's
+# musl-tools (musl-gcc, as musllinux wheels are built with gcc) and run here.
+# Both under -Wall -Wextra -Werror; each installs its packages first when
+# missing and apt-get can (root), else says which.  The runs are test-c's.
+# XCHECK_TESTS: each test and the core files it links beyond XCHECK_COMMON
+# (core files every test links: a platform layer goes there).
+XCHECK_COMMON =
+XCHECK_TESTS = wheel:wheel.c driver:driver.c,wheel.c slab:slab.c
+AARCH64_SYSROOT ?= /usr/aarch64-linux-gnu
+
+.PHONY: aarch64-check musl-check
+
+# $(call xcheck_need,command,debian packages)
+xcheck_need = command -v $(1) > /dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+	    echo "installing $(2)"; export DEBIAN_FRONTEND=noninteractive; \
+	    timeout 300 apt-get -o DPkg::Lock::Timeout=240 update -qq > /dev/null && \
+	    timeout 900 apt-get -o DPkg::Lock::Timeout=240 install -y -qq --no-install-recommends $(2) > /dev/null; \
+	  fi; command -v $(1) > /dev/null || { echo "$@: $(1) missing: apt-get install $(2)" >&2; exit 1; }; }
+
+# Builds each test with $(XCC) $(XFLAGS) into $(XOUT), test_driver also with
+# macOS's relative waits, then runs test-c's runs through $(XRUN), saying each.
+XCHECK_RUN = set -e; mkdir -p $(XOUT); echo "$(XCC): $$($(XCC) --version | head -1)"; \
+	flags="$(CFLAGS_C) $(XFLAGS)"; common="$(addprefix $(CORE)/,$(XCHECK_COMMON))"; \
+	for t in $(XCHECK_TESTS); do \
+	  srcs=$$common; for f in $$(echo $${t\#*:} | tr , ' '); do srcs="$$srcs $(CORE)/$$f"; done; \
+	  echo "build $(XOUT)/test_$${t%%:*}"; \
+	  $(XCC) $$flags -o $(XOUT)/test_$${t%%:*} $(CORE)/test_$${t%%:*}.c $$srcs -lpthread; \
+	  if [ $${t%%:*} = driver ]; then \
+	    $(XCC) $$flags -DPW_RELATIVE_WAITS -DPW_LONGEST_WAIT_NS=1000000 -o $(XOUT)/test_driver_rel \
+	      $(CORE)/test_driver.c $$srcs -lpthread; fi; \
+	done; \
+	if command -v file > /dev/null; then file $(XOUT)/test_driver | sed 's|^[^:]*/||'; fi; \
+	for run in "test_wheel 1" "test_wheel 2" test_driver test_slab test_driver_rel; do \
+	  echo "run: $(XRUN) $(XOUT)/$$run"; t0=$$(date +%s.%N); \
+	  $(XRUN) $(XOUT)/$$run > $(XOUT)/last.log 2>&1 || { cat $(XOUT)/last.log; echo "$@: FAILED: $$run"; exit 1; }; \
+	  tail -n 1 $(XOUT)/last.log | sed 's/^/  /'; \
+	  echo "  ok ($$(awk "BEGIN { printf \"%.1f\", $$(date +%s.%N) - $$t0 }") s)"; \
+	done; echo "$@: all passed"
+
+aarch64-check: XCC = aarch64-linux-gnu-gcc
+aarch64-check: XFLAGS =
+aarch64-check: XRUN = qemu-aarch64 -L $(AARCH64_SYSROOT)
+aarch64-check: XOUT = build/aarch64
+aarch64-check:
+	@$(call xcheck_need,aarch64-linux-gnu-gcc,gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+	@$(call xcheck_need,qemu-aarch64,qemu-user)
+	@$(XCHECK_RUN)
+
+musl-check: XCC = musl-gcc
+musl-check: XFLAGS = -static
+musl-check: XRUN =
+musl-check: XOUT = build/musl
+musl-check:
+	@$(call xcheck_need,musl-gcc,musl-tools)
+	@$(XCHECK_RUN)

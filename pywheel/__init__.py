@@ -33,4 +33,6 @@ from . import _core  # noqa: E402  (the hooks below need the module itself)
 _atexit.register(_shutdown)
 # The C extension holds its locks across fork() itself (pthread_atfork); this
 # hook closes, in the child, the wheels whose threads stayed in the parent.
-_os.register_at_fork(after_in_child=_core._after_fork_child)
+# Where there is no fork (Windows) there is no hook to register.
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_core._after_fork_child)

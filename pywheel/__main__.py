@@ -183,7 +183,7 @@ def span(values: list[float]) -> str:
 def load() -> str:
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
+    except (OSError, AttributeError):  # none to read, or none at all (Windows)
         return "unknown"
 
 

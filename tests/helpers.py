@@ -56,9 +56,136 @@ def run_script(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
     )
 
 
+# ---- threads of this process, native wheel threads included ------------------
+# threading cannot see the wheels' native threads: the count comes from Linux's
+# /proc/self/task, or macOS's proc_pidinfo(PROC_PIDTASKINFO) through ctypes
+# (checked once against a thread started for it: a wrong layout is no
+# source).  Elsewhere (Windows, a BSD without /proc) there is none, and the
+# tests that count threads skip, saying why.  PYWHEEL_TESTS_NO_PROC=1 makes
+# the suite act as where /proc is absent (tests/test_no_proc.py runs it so).
+# The code is text, so that PRELUDE's child scripts count the same way.
+
+#: Set to simulate a system without /proc (tests only; pywheel.testing has
+#: its own switch, PYWHEEL_TESTING_NO_PROC).
+NO_PROC_ENV = "PYWHEEL_TESTS_NO_PROC"
+
+THREAD_COUNT_CODE = """
+def _thread_counter():
+    # A function returning this process's thread count, or None.
+    import os, sys, threading
+    if os.environ.get("PYWHEEL_TESTS_NO_PROC", "") not in ("", "0"):
+        return None
+    if os.path.isdir("/proc/self/task"):
+        return lambda: len(os.listdir("/proc/self/task"))
+    if sys.platform != "darwin":
+        return None
+    import ctypes, ctypes.util
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("proc") or "/usr/lib/libproc.dylib")
+        pidinfo = lib.proc_pidinfo
+    except (OSError, AttributeError):
+        return None
+    pidinfo.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int]
+    pidinfo.restype = ctypes.c_int
+    # struct proc_taskinfo: six uint64_t, then twelve int32_t, pti_threadnum
+    # the tenth of them: int32 slot 12 + 9.  PROC_PIDTASKINFO is 4.
+    info = (ctypes.c_int32 * 24)()
+
+    def count():
+        if pidinfo(os.getpid(), 4, 0, info, ctypes.sizeof(info)) != ctypes.sizeof(info):
+            raise OSError("proc_pidinfo(PROC_PIDTASKINFO) failed")
+        return info[21]
+
+    return _probed(count)
+
+
+def _probed(count):
+    # count, if it counts at least Python's threads and one more while a
+    # thread is started for it (a wrong struct layout reads something else);
+    # else None.
+    import threading
+    for _ in range(3):  # another thread may come or go meanwhile: try again
+        go = threading.Event()
+        t = threading.Thread(target=go.wait)
+        try:
+            before = count()
+            t.start()
+            during = count()
+        except OSError:
+            return None
+        finally:
+            go.set()
+            if t.ident is not None:
+                t.join()
+        if before >= threading.active_count() and during == before + 1:
+            return count
+    return None
+
+
+_THREAD_COUNTER = _thread_counter()
+
+
+def thread_count():
+    # Threads of this process, native wheel threads included.
+    if _THREAD_COUNTER is None:
+        raise RuntimeError("no thread count here")
+    return _THREAD_COUNTER()
+"""
+
+_counting: dict = {}
+exec(THREAD_COUNT_CODE, _counting)
+
+#: Why threads cannot be counted here, or None.
+NO_THREAD_COUNT = (
+    None
+    if _counting["_THREAD_COUNTER"] is not None
+    else f"counts native threads: no source on {sys.platform} "
+    f"(/proc/self/task on Linux, proc_pidinfo on macOS)"
+    + (f"; {NO_PROC_ENV} is set" if os.environ.get(NO_PROC_ENV, "") not in ("", "0") else "")
+)
+
+#: Marks a test that counts threads in a child (PRELUDE's thread_count).
+needs_thread_count = pytest.mark.skipif(NO_THREAD_COUNT is not None, reason=NO_THREAD_COUNT or "")
+
+#: Whether /proc/self/task/<tid>/status can be read for a thread's own
+#: figures (Linux), unless PYWHEEL_TESTS_NO_PROC says to act as without.
+PROC_TASKS = os.environ.get(NO_PROC_ENV, "") in ("", "0") and os.path.isdir("/proc/self/task")
+
+
 def thread_count() -> int:
-    """Threads of this process, native wheel threads included."""
-    return len(os.listdir("/proc/self/task"))
+    """Threads of this process, native wheel threads included; skips the
+    test, saying why, where they cannot be counted."""
+    if NO_THREAD_COUNT is not None:
+        pytest.skip(NO_THREAD_COUNT)
+    return _counting["thread_count"]()
+
+
+def threads_now() -> int | None:
+    """Threads of this process now, native ones included, or None where they
+    cannot be counted: a test whose point is something else (a leak, a
+    refusal) then checks that, not the count (see threads_back)."""
+    return None if NO_THREAD_COUNT is not None else _counting["thread_count"]()
+
+
+def threads_back(base: int | None, timeout: float = 10.0) -> bool:
+    """Whether the thread count falls back to ``base`` (from threads_now())
+    or below within ``timeout``; True where threads are not counted."""
+    if base is None:
+        return True
+    return wait_for(lambda: _counting["thread_count"]() <= base, timeout=timeout)
+
+
+def needs_linux_path():
+    """A mark for a test that proves sockets inside the loop through
+    pywheel.testing's Linux path (/proc, sock_diag, TCP_INFO): skipped where
+    that is off, where every socket counts as outside (what
+    tests/test_no_proc.py checks)."""
+    from pywheel.testing import _peers
+
+    why = _peers.without_linux_path()
+    return pytest.mark.skipif(
+        why is not None, reason=f"needs pywheel.testing's Linux path (/proc): {why}"
+    )
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.002) -> bool:
@@ -179,7 +306,8 @@ needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 # Shared by every script: helpers to print at once, to wait for something,
 # and to keep a wheel's thread inside a slow callback (the exit and close cases).
-PRELUDE = """
+PRELUDE = (
+    """
 import os, sys, time, threading, gc
 import pywheel
 
@@ -216,9 +344,9 @@ def wait_for(predicate, timeout=10.0):
         time.sleep(0.005)
     return True
 
-def thread_count():
-    return len(os.listdir("/proc/self/task"))
 """
+    + THREAD_COUNT_CODE
+)
 
 
 # Prepended to the scripts that fork a process with live wheel threads: that

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from helpers import clean_exit, conserved, lines, run
+from helpers import clean_exit, conserved, lines, needs_thread_count, run
 
 from pywheel import ManualWheel, Wheel
 
@@ -192,6 +192,7 @@ def test_close_from_inside_a_callback_then_exit():
     assert proc.stderr == ""
 
 
+@needs_thread_count
 def test_close_from_a_callback_that_drops_the_last_reference():
     proc = run(
         """

@@ -19,7 +19,7 @@ import tracemalloc
 import weakref
 
 import pytest
-from helpers import Callback, raiser, thread_count, wait_for
+from helpers import Callback, raiser, threads_back, threads_now, wait_for
 
 from pywheel import ManualWheel, Wheel
 
@@ -127,14 +127,14 @@ def _leak_workload_threaded(iterations, cb, arg, ctx, handler):
 def test_no_leak_in_threaded_cycles():
     cb, arg, ctx, handler = Callback(), object(), contextvars.copy_context(), Callback()
     base = [sys.getrefcount(x) for x in (cb, arg, ctx, handler)]
-    threads = thread_count()
+    threads = threads_now()
     blocks, traced, nbytes = _measure(
         _leak_workload_threaded, cb, arg, ctx, handler, rounds=(30, 300)
     )
     assert blocks < BLOCK_SLACK, f"{blocks} pymalloc blocks grew over 300 wheels"
     assert traced < BLOCK_SLACK, f"{traced} traced blocks grew over 300 wheels"
     assert nbytes < BYTE_SLACK, f"{nbytes} traced bytes grew over 300 wheels"
-    assert wait_for(lambda: thread_count() <= threads)
+    assert threads_back(threads)
     gc.collect()
     assert [sys.getrefcount(x) for x in (cb, arg, ctx, handler)] == base
 
@@ -334,7 +334,7 @@ def _build_cycle(cls, shape):
 @pytest.mark.parametrize("cls", [ManualWheel, Wheel])
 def test_reference_cycles_are_collected(cls, shape):
     gc.collect()
-    threads = thread_count()
+    threads = threads_now()
     ref_w, ref_p = _build_cycle(cls, shape)
 
     def gone():
@@ -344,7 +344,7 @@ def test_reference_cycles_are_collected(cls, shape):
     # A threaded wheel in the middle of a batch is alive (its thread holds it)
     # until the batch ends: collect again until it is gone.
     assert wait_for(gone, timeout=10, interval=0.01), f"{shape}: cycle kept alive"
-    assert wait_for(lambda: thread_count() <= threads), "the wheel's thread did not stop"
+    assert threads_back(threads), "the wheel's thread did not stop"
 
 
 def test_no_leak_from_cycles_over_many_rounds():
@@ -480,7 +480,7 @@ class ManualSub(ManualWheel):
 @pytest.mark.parametrize("cls", [WheelSub, ManualSub])
 def test_subclasses_in_cycles_with_finalizers(cls):
     gc.collect()
-    threads = thread_count()
+    threads = threads_now()
     w = cls(0.001)
     w.me = w  # a cycle through the instance dict
     w.call_every(0.001, lambda self=w: self)  # and one through a callback
@@ -491,7 +491,7 @@ def test_subclasses_in_cycles_with_finalizers(cls):
     # a batch at that moment is kept alive by it (CPython's resurrection rule)
     # and is collected by a later pass: wait for the handle to be cancelled.
     assert wait_for(lambda: gc.collect() is not None and ref() is None and h.cancelled())
-    assert wait_for(lambda: thread_count() <= threads)
+    assert threads_back(threads)
     if cls is WheelSub:
         # resurrected by its finalizer: it still works, and dies later
         w = WheelSub()
@@ -504,4 +504,4 @@ def test_subclasses_in_cycles_with_finalizers(cls):
         assert ev.wait(5) and not w.closed
         del w
         gc.collect()
-        assert wait_for(lambda: thread_count() <= threads)
+        assert threads_back(threads)

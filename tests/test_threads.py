@@ -16,7 +16,17 @@ import threading
 import time
 
 import pytest
-from helpers import Recorder, clean_exit, conserved, lines, run, thread_count, wait_for
+from helpers import (
+    Recorder,
+    clean_exit,
+    conserved,
+    lines,
+    needs_thread_count,
+    run,
+    threads_back,
+    threads_now,
+    wait_for,
+)
 
 from pywheel import ManualWheel, Wheel
 
@@ -250,7 +260,7 @@ def test_first_use_race_many_threads_on_a_new_wheel():
 
 def test_many_threads_create_wheels_at_once():
     gc.collect()
-    threads = thread_count()
+    threads = threads_now()
     n = 8
     barrier = threading.Barrier(n)
     ok = []
@@ -273,7 +283,7 @@ def test_many_threads_create_wheels_at_once():
         t.join(60)
     assert ok == [True] * (n * 20)
     gc.collect()
-    assert wait_for(lambda: thread_count() <= threads, timeout=20)
+    assert threads_back(threads, timeout=20)
 
 
 def test_concurrent_close_and_schedule():
@@ -364,6 +374,7 @@ def test_manual_wheel_advanced_from_two_threads():
 # many wheels
 
 
+@needs_thread_count
 def test_many_wheels_created_and_dropped_from_many_threads():
     # 1000 wheels from 4 threads, dropped in every state: idle, with timers
     # pending, while a callback runs, from inside their own callback, closed.

@@ -11,10 +11,13 @@ import sys
 import textwrap
 
 import pytest
+from helpers import needs_linux_path
 
 from pywheel.testing import VirtualEventLoop, _peers
 
-pytestmark = pytest.mark.skipif(not _peers._PROC, reason="needs Linux's /proc")
+# Inside needs pywheel.testing's Linux path; the tests that a socket is still
+# waited for run without it too (tests/test_no_proc.py runs them so).
+linux_path = needs_linux_path()
 
 
 def _run(main, **kwargs):
@@ -25,6 +28,7 @@ def _run(main, **kwargs):
         loop.close()
 
 
+@linux_path
 def test_loopback_server_and_client_on_one_loop_never_wait():
     async def main():
         async def handle(reader, writer):
@@ -55,6 +59,7 @@ def test_loopback_server_and_client_on_one_loop_never_wait():
     assert loop.time() >= 300
 
 
+@linux_path
 def test_socketpair_never_waits():
     async def main():
         loop = asyncio.get_running_loop()
@@ -143,6 +148,7 @@ def test_a_live_child_makes_every_socket_outside():
     assert loop._threshold_waits >= 1
 
 
+@linux_path
 def test_classification():
     peers = _peers.Peers()
     a, b = socket.socketpair()

@@ -17,10 +17,14 @@ import sys
 import threading
 
 import pytest
+from helpers import needs_linux_path
 
 from pywheel.testing import DEFAULT_AUTOJUMP_THRESHOLD, VirtualEventLoop, _peers
 
-pytestmark = pytest.mark.skipif(not _peers._PROC, reason="needs Linux's /proc")
+# The tests that prove a socket outside run without pywheel.testing's Linux
+# path too (where every socket is outside: tests/test_no_proc.py runs them so);
+# those that prove one inside need it.
+linux_path = needs_linux_path()
 
 #: A helper that detaches: ``sh`` starts it as a background job and exits at
 #: once (reaped by ``subprocess.run``), so the helper is re-parented and this
@@ -230,6 +234,7 @@ def test_a_server_on_another_thread_answers_before_the_clients_timeout(
         server.close()
 
 
+@linux_path
 def test_an_in_process_socketpair_on_one_loop_still_jumps_at_once():
     # Both ends served by this loop (one a transport, one a sock_* socket it
     # is about to use): inside, no real wait, with a 5 s threshold.
@@ -250,6 +255,7 @@ def test_an_in_process_socketpair_on_one_loop_still_jumps_at_once():
     assert loop._threshold_waits == 0 and loop.time() >= 30
 
 
+@linux_path
 def test_a_blocking_peer_in_this_process_is_outside():
     # A blocking socket is served by a thread that blocks on it, not by
     # this loop: outside, whoever holds it.
@@ -267,6 +273,7 @@ def test_a_blocking_peer_in_this_process_is_outside():
         b.close()
 
 
+@linux_path
 def test_children_are_seen_without_the_proc_children_file(monkeypatch):
     # Some kernels have no /proc/<pid>/task/<tid>/children: a live child was
     # then reported as none.  Unknown must mean outside.
@@ -334,6 +341,7 @@ def test_a_server_loop_on_a_thread_waits_for_a_blocking_client_of_this_process()
         loop.close()
 
 
+@linux_path
 def test_a_closed_transport_does_not_vouch_for_its_reused_descriptor():
     # The loop's transports are keyed by descriptor; a closed one that is
     # not collected yet must not make a reused descriptor (another loop's
@@ -360,6 +368,41 @@ def test_a_closed_transport_does_not_vouch_for_its_reused_descriptor():
         other.unregister(b)  # b idle, no other loop: this loop's own
         assert not _peers.Peers(loop).any_outside({a.fileno(): 1})
     finally:
+        other.close()
+        loop.close()
+        a.close()
+        b.close()
+
+
+@linux_path
+@pytest.mark.parametrize("error", [PermissionError, OSError])
+def test_an_epoll_whose_fdinfo_cannot_be_read_may_poll_any_socket(monkeypatch, error):
+    # Another thread's epoll instance (here, one made for it) whose
+    # /proc/self/fdinfo cannot be read may list the idle peer: unsure, so
+    # outside.  (One closed meanwhile, FileNotFoundError, lists nothing.)
+    import builtins
+    import selectors
+
+    real_open = builtins.open
+
+    def no_fdinfo(path, *args, **kwargs):
+        if isinstance(path, str) and path.startswith("/proc/self/fdinfo/"):
+            raise error(path)
+        return real_open(path, *args, **kwargs)
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    other = selectors.EpollSelector()
+    loop = VirtualEventLoop()
+    try:
+        assert not _peers.Peers(loop).any_outside({a.fileno(): 1})
+        monkeypatch.setattr(builtins, "open", no_fdinfo)
+        assert _peers.Peers(loop).any_outside({a.fileno(): 1})
+        monkeypatch.undo()
+        assert not _peers.Peers(loop).any_outside({a.fileno(): 1})
+    finally:
+        monkeypatch.undo()
         other.close()
         loop.close()
         a.close()

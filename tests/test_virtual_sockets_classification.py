@@ -14,11 +14,11 @@ import sys
 import textwrap
 
 import pytest
-from helpers import child_env
+from helpers import child_env, needs_linux_path
 
 from pywheel.testing import VirtualEventLoop, _peers
 
-pytestmark = pytest.mark.skipif(not _peers._PROC, reason="needs Linux's /proc")
+pytestmark = needs_linux_path()
 
 
 def _has_ipv6_loopback() -> bool:

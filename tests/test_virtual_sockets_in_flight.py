@@ -12,10 +12,13 @@ import selectors
 import socket
 
 import pytest
+from helpers import needs_linux_path
 
 from pywheel.testing import VirtualEventLoop, _peers
 
-pytestmark = pytest.mark.skipif(not _peers._PROC, reason="needs Linux's /proc")
+# Inside needs pywheel.testing's Linux path (TCP_INFO's counters); the blocked
+# writer is outside, and runs without it too (tests/test_no_proc.py).
+linux_path = needs_linux_path()
 
 READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 
@@ -36,6 +39,7 @@ def _needs_counters(sock):
         pytest.skip("TCP_INFO has no byte counters here (Linux < 4.19)")
 
 
+@linux_path
 def test_a_quiet_connection_is_inside(pair):
     client, accepted = pair
     _needs_counters(client)
@@ -47,6 +51,7 @@ def test_a_quiet_connection_is_inside(pair):
     assert not peers.any_outside({client.fileno(): READ | WRITE, accepted.fileno(): READ})
 
 
+@linux_path
 def test_a_writer_whose_peer_stopped_reading_is_outside(pair):
     client, accepted = pair
     _needs_counters(client)
@@ -69,6 +74,7 @@ def _fake_info(monkeypatch, table):
     monkeypatch.setattr(_peers, "_tcp_info", info)
 
 
+@linux_path
 def test_bytes_on_their_way_make_the_reader_outside(pair, monkeypatch):
     client, accepted = pair
     _needs_counters(client)
@@ -82,6 +88,7 @@ def test_bytes_on_their_way_make_the_reader_outside(pair, monkeypatch):
     assert not peers.any_outside({client.fileno(): WRITE})
 
 
+@linux_path
 def test_a_fin_on_its_way_makes_the_reader_outside(pair, monkeypatch):
     client, accepted = pair
     _needs_counters(client)

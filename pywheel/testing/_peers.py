@@ -10,7 +10,8 @@ family not known here) may hear from outside, and the loop waits
 ``autojump_threshold`` for it as before.  The rule: a socket is inside only
 when that is proven; when unsure, it is outside.
 
-How, on Linux (anywhere else every descriptor counts as outside):
+How, on Linux (anywhere else every descriptor counts as outside: see
+"Without the Linux path" below):
 
 - the descriptor must be a socket (``fstat``); its family, type and
   addresses come from a ``socket`` object wrapped around it and detached
@@ -108,12 +109,27 @@ the main thread, uses an idle non-blocking peer without an event loop (a
 socket with a Python timeout, ``select``/``poll`` of its own); sockets of other
 network namespaces held by this process, which count as inside if their
 addresses mirror.
+
+Without the Linux path (macOS, Windows, the BSDs, a Linux without ``/proc``
+mounted, or ``PYWHEEL_TESTING_NO_PROC=1`` in the environment to try it on
+Linux), every watched descriptor counts as outside: the loop waits
+``autojump_threshold`` for it as the stock loop would wait in real time, and
+never jumps early; only slower.  This is said once a process, the first time
+it holds a jump back, as a warning on the ``pywheel.testing`` logger (not a
+``warnings`` warning: a suite run with ``-W error`` or ``filterwarnings =
+error`` would fail whichever test happened to meet it first, for a note;
+``pytest --virtual-time`` says it in its header instead).  psutil is not used
+for a portable view: it names a process's TCP connections, but not an
+AF_UNIX socket's peer, not which other event loop polls a descriptor, and
+not what is on its way between two loopback ends (``TCP_INFO``'s counters),
+and inside needs all three proven; what it would prove (a mirror pair of
+addresses) proves nothing alone.
 """
 
 from __future__ import annotations
 
-import fcntl
 import ipaddress
+import logging
 import os
 import socket
 import stat
@@ -121,7 +137,61 @@ import struct
 import sys
 import weakref
 
-_PROC = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
+try:
+    import fcntl
+except ImportError:  # Windows: only the Linux path uses it
+    fcntl = None  # type: ignore[assignment]
+
+#: Set (to anything but "" or "0") to switch the Linux path off: every
+#: watched descriptor then counts as outside, as where /proc is missing.
+NO_PROC_ENV = "PYWHEEL_TESTING_NO_PROC"
+
+
+def _linux_path() -> bool:
+    if os.environ.get(NO_PROC_ENV, "") not in ("", "0"):
+        return False
+    return (
+        sys.platform.startswith("linux")
+        and fcntl is not None
+        and os.path.isdir("/proc/self/fd")
+        and os.path.isdir("/proc/self/fdinfo")
+    )
+
+
+#: Whether this process classifies sockets through Linux's /proc.
+_PROC = _linux_path()
+
+
+def without_linux_path() -> str | None:
+    """Why every socket counts as outside here, or None where the Linux
+    path works."""
+    if _PROC:
+        return None
+    if os.environ.get(NO_PROC_ENV, "") not in ("", "0"):
+        return f"switched off by {NO_PROC_ENV}"
+    if not sys.platform.startswith("linux"):
+        return f"no Linux /proc on {sys.platform}"
+    if fcntl is None:
+        return "no fcntl module"
+    return "no /proc/self/fd or /proc/self/fdinfo"
+
+
+_said = False
+
+
+def _say_once() -> None:
+    """The note, once a process (see the module's docstring)."""
+    global _said
+    if _said:
+        return
+    _said = True
+    logging.getLogger("pywheel.testing").warning(
+        "pywheel.testing: %s: every descriptor a virtual loop watches counts as "
+        "outside the loop, so virtual time waits autojump_threshold for it "
+        "(never earlier; slower than on Linux)",
+        without_linux_path(),
+    )
+
 
 _INET = (socket.AF_INET, socket.AF_INET6)
 
@@ -260,12 +330,13 @@ class _Round:
     """What one classification round reads from /proc, each read at most
     once and only if needed."""
 
-    __slots__ = ("_sockets", "_connections", "_polled")
+    __slots__ = ("_sockets", "_connections", "_polled", "_polled_unsure")
 
     def __init__(self) -> None:
         self._sockets: dict[int, int] | None = None
         self._connections: dict[tuple, int] | None = None
         self._polled: set[int] | None = None
+        self._polled_unsure = False
 
     def sockets(self) -> dict[int, int]:
         """{inode: descriptor} of this process's sockets."""
@@ -299,10 +370,11 @@ class _Round:
             self._connections = found
         return self._connections
 
-    def polled_elsewhere(self, own_poll: int) -> set[int]:
+    def polled_elsewhere(self, own_poll: int) -> set[int] | None:
         """Inodes registered in an epoll instance of this process other than
         ``own_poll`` (another thread's event loop: stock asyncio, uvloop,
-        pywheel); each one's ``/proc/self/fdinfo`` lists its targets."""
+        pywheel); each one's ``/proc/self/fdinfo`` lists its targets.  None
+        when one of them could not be read: it may list any socket."""
         if self._polled is None:
             found: set[int] = set()
             try:
@@ -316,9 +388,15 @@ class _Round:
                 try:
                     if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:[eventpoll]":
                         continue
+                except OSError:
+                    continue  # closed meanwhile
+                try:
                     with open(f"/proc/self/fdinfo/{name}") as f:
                         text = f.read()
+                except FileNotFoundError:
+                    continue  # closed meanwhile
                 except OSError:
+                    self._polled_unsure = True  # it may list any socket
                     continue
                 for line in text.splitlines():
                     if line.startswith("tfd:"):
@@ -326,7 +404,7 @@ class _Round:
                         if rest:
                             found.add(int(rest.split()[0], 16))
             self._polled = found
-        return self._polled
+        return None if self._polled_unsure else self._polled
 
 
 # struct tcp_info (linux/tcp.h): tcpi_state (byte 0), tcpi_unacked (u32 at
@@ -508,7 +586,8 @@ class Peers:
         # call_soon away) or for long (a paused transport).  Outside if
         # another epoll instance of the process watches it, or while another
         # virtual loop runs (on another thread) or holds it in a transport.
-        if peer_ino in rnd.polled_elsewhere(_own_poll(loop)):
+        polled = rnd.polled_elsewhere(_own_poll(loop))
+        if polled is None or peer_ino in polled:
             return False
         try:
             for other in list(_LOOPS):
@@ -551,10 +630,11 @@ class Peers:
         """True if any of ``fds`` may receive from outside the loop.
         ``fds``: {descriptor: selectors events}, or descriptors (watched
         for both)."""
-        if not _PROC:
-            return bool(fds)
         if not fds:
             return False
+        if not _PROC:
+            _say_once()
+            return True
         if not isinstance(fds, dict):
             fds = dict.fromkeys(fds, _READ | _WRITE)
         rnd = _Round()

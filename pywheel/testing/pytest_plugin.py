@@ -562,7 +562,17 @@ def pytest_report_header(config: pytest.Config):
             f"max_cost={cost!r}, max_jitter={jitter!r}, seed={st.seed})"
         )
         line += _escalate_header(config)
-    return line
+    from . import _peers
+
+    why = _peers.without_linux_path()
+    if why is None:
+        return line
+    _peers._said = True  # said here, once: not again in a test's log
+    return [
+        line,
+        f"pywheel.testing: {why}: every descriptor a virtual loop watches counts as "
+        f"outside the loop (it waits autojump_threshold for it, never jumps early)",
+    ]
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_runtest_protocol")

@@ -12,7 +12,7 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
-  warnings macos-check stubtest dist test-installed test-sdist real-bugs virtual-suites forky \
+  warnings macos-check windows-check stubtest dist test-installed test-sdist real-bugs virtual-suites forky \
   parity-forky bench-forky virtual-aiohttp parity-uvloop docs docs-shots
 
 build:
@@ -95,6 +95,14 @@ macos-check:
 	  done; \
 	  if command -v file >/dev/null; then file $$out/_core.so $$out/test_driver | sed "s|$$out/||"; fi; \
 	done; rm -rf $$out; exit $$status
+
+# Windows, x86_64 and arm64 (.ci/windows-check says what and how): the core's
+# C tests cross-compiled with zig (ZIG_VENV, as above) and run under wine (x86_64;
+# Debian's wine and wine64, installed when missing and root); the extension
+# compiled against CPython 3.14.7's Windows headers and linked as a .pyd
+# against python314.dll's exports alone.  No Python runs on Windows here.
+windows-check:
+	@PYTHON=$(PYTHON) ZIG_VENV=$(ZIG_VENV) .ci/windows-check
 
 # The type stubs against the built extension.
 stubtest: build

@@ -46,11 +46,13 @@ static inline int pw_ctzll(uint64_t x) { /* x != 0 */
 #define PW_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #endif
 #define PW_THREAD_LOCAL __declspec(thread)
+#define PW_FALLTHROUGH ((void)0)
 #else
 static inline int pw_clzll(uint64_t x) { return __builtin_clzll(x); } /* x != 0 */
 static inline int pw_ctzll(uint64_t x) { return __builtin_ctzll(x); } /* x != 0 */
 #define PW_PREFETCH(p) __builtin_prefetch(p)
 #define PW_THREAD_LOCAL _Thread_local
+#define PW_FALLTHROUGH __attribute__((fallthrough)) /* a switch case falls through */
 #endif
 
 /* ------------------------------------------------------------------ */

@@ -5,11 +5,14 @@ CC ?= cc
 CORE = csrc/core
 BINDING = csrc/binding
 CFLAGS_C = -std=c11 -O2 -g -Wall -Wextra -Werror -I$(CORE)
+# The platform layer (platform.h): both files in every build, each compiles
+# to nothing on the other platform.
+PLATFORM = $(CORE)/platform_posix.c $(CORE)/platform_win32.c
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer
 LIBASAN = $(shell $(CC) -print-file-name=libasan.so)
 
 .PHONY: build test test-c tsan sanitize valgrind demo bench parity lint fmt clean \
-  warnings macos-check stubtest dist test-installed test-sdist real-bugs virtual-suites forky \
+  warnings macos-check windows-check stubtest dist test-installed test-sdist real-bugs virtual-suites forky \
   parity-forky bench-forky virtual-aiohttp parity-uvloop docs docs-shots
 
 build:
@@ -21,10 +24,10 @@ test: build
 test-c:
 	mkdir -p build
 	$(CC) $(CFLAGS_C) -o build/test_wheel $(CORE)/test_wheel.c $(CORE)/wheel.c
-	$(CC) $(CFLAGS_C) -o build/test_driver $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
+	$(CC) $(CFLAGS_C) -o build/test_driver $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c $(PLATFORM) -lpthread
 	$(CC) $(CFLAGS_C) -o build/test_slab $(CORE)/test_slab.c $(CORE)/slab.c
 	$(CC) $(CFLAGS_C) -DPW_RELATIVE_WAITS -DPW_LONGEST_WAIT_NS=1000000 -o build/test_driver_rel \
-	  $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
+	  $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c $(PLATFORM) -lpthread
 	./build/test_wheel 1 && ./build/test_wheel 2 && ./build/test_driver && ./build/test_slab
 	./build/test_driver_rel
 
@@ -32,7 +35,7 @@ test-c:
 tsan:
 	mkdir -p build
 	$(CC) $(CFLAGS_C) -O1 -fsanitize=thread -o build/test_driver_tsan \
-	  $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
+	  $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c $(PLATFORM) -lpthread
 	TSAN_OPTIONS=halt_on_error=1 ./build/test_driver_tsan 4 3000
 
 # The C tests under ASan+UBSan, then the whole Python suite against an
@@ -52,7 +55,7 @@ valgrind:
 	mkdir -p build
 	$(CC) $(CFLAGS_C) -o build/test_wheel $(CORE)/test_wheel.c $(CORE)/wheel.c
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_wheel 1 20000
-	$(CC) $(CFLAGS_C) -o build/test_driver $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c -lpthread
+	$(CC) $(CFLAGS_C) -o build/test_driver $(CORE)/test_driver.c $(CORE)/driver.c $(CORE)/wheel.c $(PLATFORM) -lpthread
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_driver 2 2000
 	$(CC) $(CFLAGS_C) -o build/test_slab $(CORE)/test_slab.c $(CORE)/slab.c
 	valgrind --error-exitcode=1 --leak-check=full -q ./build/test_slab 1 100000
@@ -82,15 +85,24 @@ macos-check:
 	flags="-std=c11 -O2 -Wall -Wextra -Werror -I$(CORE) -I$(BINDING)"; \
 	for t in x86_64-macos.10.15 aarch64-macos.11.0; do \
 	  $$zig -target $$t $$flags -fvisibility=hidden -I$$inc -shared -Wl,-undefined,dynamic_lookup \
-	    -o $$out/_core.so $(CORE)/wheel.c $(CORE)/driver.c $(CORE)/slab.c $(BINDING)/*.c -lpthread \
+	    -o $$out/_core.so $(CORE)/wheel.c $(CORE)/driver.c $(CORE)/slab.c $(PLATFORM) $(BINDING)/*.c \
+	    -lpthread \
 	    || status=1; \
-	  for p in wheel:wheel.c driver:"driver.c wheel.c" slab:slab.c; do \
+	  for p in wheel:wheel.c driver:"driver.c wheel.c platform_posix.c" slab:slab.c; do \
 	    srcs=; for f in $${p#*:}; do srcs="$$srcs $(CORE)/$$f"; done; \
 	    $$zig -target $$t $$flags -o $$out/test_$${p%%:*} $(CORE)/test_$${p%%:*}.c $$srcs -lpthread \
 	      || status=1; \
 	  done; \
 	  if command -v file >/dev/null; then file $$out/_core.so $$out/test_driver | sed "s|$$out/||"; fi; \
 	done; rm -rf $$out; exit $$status
+
+# Windows, x86_64 and arm64 (.ci/windows-check says what and how): the core's
+# C tests cross-compiled with zig (ZIG_VENV, as above) and run under wine (x86_64;
+# Debian's wine and wine64, installed when missing and root); the extension
+# compiled against CPython 3.14.7's Windows headers and linked as a .pyd
+# against python314.dll's exports alone.  No Python runs on Windows here.
+windows-check:
+	@PYTHON=$(PYTHON) ZIG_VENV=$(ZIG_VENV) .ci/windows-check
 
 # The type stubs against the built extension.
 stubtest: build

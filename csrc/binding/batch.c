@@ -288,7 +288,7 @@ void pw__hook_start(pw_driver *d, void *arg) {
   pw_driver_lock(d);
   c->tstate = ts;
   c->thread_state_made = ts ? 1 : -1;
-  pthread_cond_broadcast(&d->exit_cv);
+  pw_cond_broadcast(&d->exit_cv);
   pw_driver_unlock(d);
 }
 

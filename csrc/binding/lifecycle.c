@@ -15,25 +15,25 @@
 /* ------------------------------------------------------------------ */
 /* the registry of live cores: process-wide, because atexit and fork are */
 
-static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static pw_mutex registry_mu = PW_MUTEX_INIT;
 static core registry = {.reg_next = &registry, .reg_prev = &registry};
 
 static void core_register(core *c) {
-  pthread_mutex_lock(&registry_mu);
+  pw_mutex_lock(&registry_mu);
   c->reg_next = &registry;
   c->reg_prev = registry.reg_prev;
   registry.reg_prev->reg_next = c;
   registry.reg_prev = c;
-  pthread_mutex_unlock(&registry_mu);
+  pw_mutex_unlock(&registry_mu);
 }
 
 void pw__core_decref(core *c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1)
     return;
-  pthread_mutex_lock(&registry_mu);
+  pw_mutex_lock(&registry_mu);
   c->reg_prev->reg_next = c->reg_next;
   c->reg_next->reg_prev = c->reg_prev;
-  pthread_mutex_unlock(&registry_mu);
+  pw_mutex_unlock(&registry_mu);
   pw_driver_fini(&c->drv);
   PyMem_RawFree(c);
 }
@@ -41,7 +41,7 @@ void pw__core_decref(core *c) {
 /* Takes a reference to every live core.  Returns a PyMem_Raw array, NULL
  * terminated, or NULL with MemoryError. */
 static core **registry_snapshot(void) {
-  pthread_mutex_lock(&registry_mu);
+  pw_mutex_lock(&registry_mu);
   size_t n = 0;
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
     n++;
@@ -57,7 +57,7 @@ static core **registry_snapshot(void) {
     }
     all[k] = NULL;
   }
-  pthread_mutex_unlock(&registry_mu);
+  pw_mutex_unlock(&registry_mu);
   if (!all)
     PyErr_NoMemory();
   return all;
@@ -110,7 +110,7 @@ PyObject *pw__close_core(core *c, const char *why, bool want_list) {
   size_t n = 0;
   pw_driver_lock(d);
   d->stop = true;
-  pthread_cond_signal(&d->wake);
+  pw_wake_signal(&d->wake);
   pw_timer *t;
   while ((t = pw_wheel_any(&d->wheel))) {
     pw_wheel_cancel(&d->wheel, t);
@@ -236,7 +236,7 @@ core *pw__core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
     pw_driver *d = &c->drv;
     Py_BEGIN_ALLOW_THREADS pw_driver_lock(d);
     while (!c->thread_state_made)
-      pthread_cond_wait(&d->exit_cv, &d->mu);
+      pw_cond_wait(&d->exit_cv, &d->mu);
     pw_driver_unlock(d);
     Py_END_ALLOW_THREADS if (c->thread_state_made < 0) {
       pw_driver_stop(d); /* it leaves at once; its exit hook drops its reference */
@@ -280,7 +280,7 @@ static int wait_thread(core *c, int64_t timeout_ns) {
  * first's wait.  Every core on a chain is kept alive by its waiter's
  * reference to the wheel object.
  */
-static pthread_mutex_t wait_mu = PTHREAD_MUTEX_INITIALIZER;
+static pw_mutex wait_mu = PW_MUTEX_INIT;
 
 /* Whether the calling thread may wait for c's thread; if so, records it. */
 static bool wait_begin(core *c) {
@@ -288,12 +288,12 @@ static bool wait_begin(core *c) {
   if (!me)
     return true; /* not a wheel thread: nobody waits for it */
   bool cycle = false;
-  pthread_mutex_lock(&wait_mu);
+  pw_mutex_lock(&wait_mu);
   for (core *y = c; y && !cycle; y = y->waiting_for)
     cycle = y == me;
   if (!cycle)
     me->waiting_for = c;
-  pthread_mutex_unlock(&wait_mu);
+  pw_mutex_unlock(&wait_mu);
   return !cycle;
 }
 
@@ -301,9 +301,9 @@ static void wait_end(void) {
   core *me = pw__thread_core;
   if (!me)
     return;
-  pthread_mutex_lock(&wait_mu);
+  pw_mutex_lock(&wait_mu);
   me->waiting_for = NULL;
-  pthread_mutex_unlock(&wait_mu);
+  pw_mutex_unlock(&wait_mu);
 }
 
 /* close(), and the wait for the thread, unless that could never end. */
@@ -388,8 +388,8 @@ PyObject *pw__mod_shutdown(PyObject *m, PyObject *arg) {
  * holding one.
  */
 static void atfork_prepare(void) {
-  pthread_mutex_lock(&wait_mu);
-  pthread_mutex_lock(&registry_mu);
+  pw_mutex_lock(&wait_mu);
+  pw_mutex_lock(&registry_mu);
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
     pw_driver_lock(&c->drv);
 }
@@ -397,18 +397,19 @@ static void atfork_prepare(void) {
 static void atfork_parent(void) {
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next)
     pw_driver_unlock(&c->drv);
-  pthread_mutex_unlock(&registry_mu);
-  pthread_mutex_unlock(&wait_mu);
+  pw_mutex_unlock(&registry_mu);
+  pw_mutex_unlock(&wait_mu);
 }
 
 static void atfork_child(void) {
-  pthread_mutex_init(&wait_mu, NULL);
-  pthread_mutex_init(&registry_mu, NULL);
+  pw_mutex_init(&wait_mu);
+  pw_mutex_init(&registry_mu);
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next) {
     c->forked = true;
     c->waiting_for = NULL; /* whoever waited is gone, or is this thread */
     c->thread_alive_at_fork = c->drv.started && !c->drv.exited;
-    c->fork_own_thread = c->thread_alive_at_fork && pthread_equal(c->drv.thread, pthread_self());
+    c->fork_own_thread =
+        c->thread_alive_at_fork && pw_thread_equal(c->drv.thread, pw_thread_self());
     bool stop = c->drv.stop;
     pw_driver_after_fork_child(&c->drv); /* fresh mutex; no thread here */
     if (c->manual) {
@@ -420,7 +421,7 @@ static void atfork_child(void) {
   }
 }
 
-void pw__register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+void pw__register_atfork(void) { pw_atfork(atfork_prepare, atfork_parent, atfork_child); }
 
 PyObject *pw__mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
   core **all = registry_snapshot();

@@ -26,8 +26,8 @@ static int module_exec(PyObject *m) {
     PyErr_SetString(PyExc_ImportError, "pywheel._core cannot be loaded in a subinterpreter");
     return -1;
   }
-  static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-  pthread_once(&atfork_once, pw__register_atfork);
+  static pw_once atfork_once = PW_ONCE_INIT;
+  pw_call_once(&atfork_once, pw__register_atfork);
   modstate *st = PyModule_GetState(m);
   st->handle_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &pw__handle_spec, NULL);
   if (!st->handle_type || PyModule_AddType(m, st->handle_type) < 0)

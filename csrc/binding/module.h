@@ -70,6 +70,7 @@
 #include <structmember.h>
 
 #include "driver.h"
+#include "platform.h"
 #include "slab.h"
 
 #if PY_VERSION_HEX >= 0x030D0000

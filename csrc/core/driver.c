@@ -1,14 +1,9 @@
 /* driver.c -- see driver.h for the contract. */
-#define _GNU_SOURCE
-#ifdef __APPLE__
-#define _DARWIN_C_SOURCE /* clock_gettime_nsec_np, pthread_cond_timedwait_relative_np */
-#endif
+#define _GNU_SOURCE /* platform.h: POSIX declarations under -std=c11 */
 #include "driver.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <time.h>
 
 /* Never fewer slots than this, so a collection always makes progress even
  * when growing the array fails. */
@@ -17,102 +12,20 @@
  * rest come in the next batch, so one batch never pins an unbounded array. */
 #define BATCH_SOFT_MAX ((size_t)1 << 16)
 
-/* The platform layer: the clock time.monotonic() reads, and condition
- * variables that wait until a time of that clock.  Where the system has
- * pthread_condattr_setclock (Linux, the BSDs) the variables are bound to
- * CLOCK_MONOTONIC and wait for an absolute time.  macOS has no such call (its
- * absolute waits read the wall clock, which may jump), so there a wait is
- * relative, computed from the clock just before it.  `make test-c` also runs
- * the driver's test with the relative waits built on Linux (PW_RELATIVE_WAITS,
- * a day cut to a millisecond), so that path is tested where it cannot run. */
-
-#ifdef __APPLE__
-/* CPython's monotonic clock there is mach_absolute_time(), which
- * CLOCK_UPTIME_RAW reads in ns. */
-int64_t pw_clock_ns(void) { return (int64_t)clock_gettime_nsec_np(CLOCK_UPTIME_RAW); }
-#define PW_RELATIVE_WAITS 1
-#define timedwait_relative pthread_cond_timedwait_relative_np
-#else
-int64_t pw_clock_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-#endif
-
-#ifdef PW_RELATIVE_WAITS
-
-#ifndef __APPLE__
-/* For the test build only: a relative wait from an absolute one on the
- * variable's default clock, CLOCK_REALTIME. */
-static int timedwait_relative(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *rel) {
-  struct timespec at;
-  clock_gettime(CLOCK_REALTIME, &at);
-  at.tv_sec += rel->tv_sec;
-  at.tv_nsec += rel->tv_nsec;
-  if (at.tv_nsec >= 1000000000) {
-    at.tv_sec++;
-    at.tv_nsec -= 1000000000;
-  }
-  return pthread_cond_timedwait(cv, mu, &at);
-}
-#endif
-
-static int cond_init(pthread_cond_t *cv) { return pthread_cond_init(cv, NULL); }
-
-/* A relative wait longer than this is cut to it: the callers wait in a loop
- * that checks what they wait for, and a cut wait that ends reports 0 (a
- * spurious wake-up), never ETIMEDOUT, which means the deadline passed. */
-#ifndef PW_LONGEST_WAIT_NS
-#define PW_LONGEST_WAIT_NS ((int64_t)86400 * 1000000000)
-#endif
-
-static int cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ns) {
-  int64_t left = until_ns - pw_clock_ns();
-  if (left <= 0)
-    return ETIMEDOUT;
-  bool cut = left > PW_LONGEST_WAIT_NS;
-  if (cut)
-    left = PW_LONGEST_WAIT_NS;
-  struct timespec rel = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
-  int r = timedwait_relative(cv, mu, &rel);
-  return r == ETIMEDOUT && cut ? 0 : r;
-}
-
-#else
-
-static int cond_init(pthread_cond_t *cv) {
-  pthread_condattr_t ca;
-  int r = pthread_condattr_init(&ca);
+static int init_sync(pw_driver *d) {
+  int r = pw_mutex_init(&d->mu);
   if (r)
     return r;
-  if (!(r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)))
-    r = pthread_cond_init(cv, &ca);
-  pthread_condattr_destroy(&ca);
-  return r;
-}
-
-static int cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ns) {
-  struct timespec until = {.tv_sec = until_ns / 1000000000, .tv_nsec = until_ns % 1000000000};
-  return pthread_cond_timedwait(cv, mu, &until);
-}
-
-#endif
-
-static int init_sync(pw_driver *d) {
-  int r = pthread_mutex_init(&d->mu, NULL);
-  if (r)
-    return -r;
-  if ((r = cond_init(&d->wake)))
+  if ((r = pw_wake_init(&d->wake)))
     goto fail_mu;
-  if ((r = cond_init(&d->exit_cv)))
+  if ((r = pw_cond_init(&d->exit_cv)))
     goto fail_wake;
   return 0;
 fail_wake:
-  pthread_cond_destroy(&d->wake);
+  pw_wake_destroy(&d->wake);
 fail_mu:
-  pthread_mutex_destroy(&d->mu);
-  return -r;
+  pw_mutex_destroy(&d->mu);
+  return r;
 }
 
 int pw_driver_init(pw_driver *d, int64_t tick_ns, int64_t now_ns, const pw_driver_hooks *hooks) {
@@ -143,9 +56,9 @@ int pw_driver_init(pw_driver *d, int64_t tick_ns, int64_t now_ns, const pw_drive
 }
 
 void pw_driver_fini(pw_driver *d) {
-  pthread_cond_destroy(&d->exit_cv);
-  pthread_cond_destroy(&d->wake);
-  pthread_mutex_destroy(&d->mu);
+  pw_cond_destroy(&d->exit_cv);
+  pw_wake_destroy(&d->wake);
+  pw_mutex_destroy(&d->mu);
   free(d->batch);
   d->batch = NULL;
 }
@@ -156,7 +69,7 @@ void pw_driver_fini(pw_driver *d) {
 static void wake_for(pw_driver *d, pw_tick_t deadline) {
   if (deadline < d->sleep_until) {
     d->sleep_until = deadline;
-    pthread_cond_signal(&d->wake);
+    pw_wake_signal(&d->wake);
   }
 }
 
@@ -275,10 +188,10 @@ size_t pw_driver_collect_locked(pw_driver *d, pw_tick_t now) {
 
 size_t pw_driver_collect_rest(pw_driver *d) {
   size_t n = 0;
-  pthread_mutex_lock(&d->mu);
+  pw_mutex_lock(&d->mu);
   if (d->more && !d->stop)
     n = pw_driver_collect_locked(d, d->collect_to);
-  pthread_mutex_unlock(&d->mu);
+  pw_mutex_unlock(&d->mu);
   return n;
 }
 
@@ -290,83 +203,77 @@ static bool tick_time(pw_tick_t tick, int64_t tick_ns, int64_t *ns) {
   return true;
 }
 
-static void *thread_main(void *arg) {
+static pw_thread_ret PW_THREAD_CALL thread_main(void *arg) {
   pw_driver *d = arg;
   if (d->hooks.start)
     d->hooks.start(d, d->hooks.arg);
-  pthread_mutex_lock(&d->mu);
+  pw_mutex_lock(&d->mu);
   while (!d->stop) {
     pw_tick_t now = pw_tick_floor(pw_clock_ns(), d->tick_ns);
     pw_tick_t next = pw_wheel_next(&d->wheel);
     if (next <= now) {
       pw_driver_collect_locked(d, now);
-      pthread_mutex_unlock(&d->mu);
+      pw_mutex_unlock(&d->mu);
       /* Callbacks run with the creator's signal mask, so that a process
        * they start does not inherit "every signal blocked". */
-      pthread_sigmask(SIG_SETMASK, &d->run_mask, NULL);
+      pw_sigmask_swap(&d->run_mask, NULL);
       d->hooks.run(d, d->hooks.arg);
-      pthread_sigmask(SIG_SETMASK, &d->wait_mask, NULL);
-      pthread_mutex_lock(&d->mu);
+      pw_sigmask_swap(&d->wait_mask, NULL);
+      pw_mutex_lock(&d->mu);
       continue;
     }
     pw_wheel_advance(&d->wheel, now);
     int64_t until;
     d->sleep_until = next;
     if (next != PW_TICK_MAX && tick_time(next, d->tick_ns, &until))
-      cond_wait_until(&d->wake, &d->mu, until);
+      pw_wake_wait_until(&d->wake, &d->mu, until);
     else
-      pthread_cond_wait(&d->wake, &d->mu);
+      pw_wake_wait(&d->wake, &d->mu);
     d->sleep_until = 0;
     d->wakeups++;
   }
-  pthread_mutex_unlock(&d->mu);
-  pthread_sigmask(SIG_SETMASK, &d->run_mask, NULL);
+  pw_mutex_unlock(&d->mu);
+  pw_sigmask_swap(&d->run_mask, NULL);
   if (d->hooks.stop)
     d->hooks.stop(d, d->hooks.arg);
-  pthread_mutex_lock(&d->mu);
+  pw_mutex_lock(&d->mu);
   d->exited = true;
-  pthread_cond_broadcast(&d->exit_cv);
-  pthread_mutex_unlock(&d->mu);
+  pw_cond_broadcast(&d->exit_cv);
+  pw_mutex_unlock(&d->mu);
   if (d->hooks.exit)
     d->hooks.exit(d, d->hooks.arg);
-  return NULL;
+  return 0;
 }
 
 int pw_driver_start(pw_driver *d) {
-  pthread_attr_t attr;
-  sigset_t all, old;
-  pthread_t th;
-  int r = pthread_attr_init(&attr);
-  if (r)
-    return -r;
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pw_sigmask all, old;
+  pw_thread th;
   /* The thread inherits this mask: signals go to the threads that expect
    * them (Python handles them in the main thread only). */
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pw_sigmask_fill(&all);
+  pw_sigmask_swap(&all, &old);
   d->wait_mask = all;
   d->run_mask = old;
   d->started = true;
   /* under mu: the thread may read d->thread (a fork handler may) at once */
-  pthread_mutex_lock(&d->mu);
-  r = pthread_create(&th, &attr, thread_main, d);
+  pw_mutex_lock(&d->mu);
+  int r = pw_thread_create(&th, thread_main, d, true);
   if (!r)
     d->thread = th;
-  pthread_mutex_unlock(&d->mu);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  pthread_attr_destroy(&attr);
+  pw_mutex_unlock(&d->mu);
+  pw_sigmask_swap(&old, NULL);
   if (r) {
     d->started = false;
-    return -r;
+    return r;
   }
   return 0;
 }
 
 void pw_driver_stop(pw_driver *d) {
-  pthread_mutex_lock(&d->mu);
+  pw_mutex_lock(&d->mu);
   d->stop = true;
-  pthread_cond_signal(&d->wake);
-  pthread_mutex_unlock(&d->mu);
+  pw_wake_signal(&d->wake);
+  pw_mutex_unlock(&d->mu);
 }
 
 int pw_driver_wait_exited(pw_driver *d, int64_t timeout_ns) {
@@ -377,12 +284,15 @@ int pw_driver_wait_exited(pw_driver *d, int64_t timeout_ns) {
     until = timeout_ns > INT64_MAX - until ? INT64_MAX : until + timeout_ns;
   }
   int r = 0;
-  pthread_mutex_lock(&d->mu);
-  while (!d->exited && d->started && r != ETIMEDOUT)
-    r = limited ? cond_wait_until(&d->exit_cv, &d->mu, until)
-                : pthread_cond_wait(&d->exit_cv, &d->mu);
+  pw_mutex_lock(&d->mu);
+  while (!d->exited && d->started && r != -ETIMEDOUT) {
+    if (limited)
+      r = pw_cond_wait_until(&d->exit_cv, &d->mu, until);
+    else
+      pw_cond_wait(&d->exit_cv, &d->mu);
+  }
   bool done = d->exited || !d->started;
-  pthread_mutex_unlock(&d->mu);
+  pw_mutex_unlock(&d->mu);
   return done ? 0 : -ETIMEDOUT;
 }
 

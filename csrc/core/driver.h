@@ -1,15 +1,13 @@
 /*
  * driver.h -- one native thread that sleeps until a wheel's next deadline.
  *
- * The thread sleeps on a condition variable until the earliest deadline by
- * the clock time.monotonic() reads (CLOCK_MONOTONIC; CLOCK_UPTIME_RAW on
- * macOS), or indefinitely when nothing is pending: an idle driver makes no
- * wake-ups at all.  Only a newly scheduled earliest deadline,
- * or a stop, signals it.  On waking it pops every due timer into a batch,
- * drops its mutex and hands the batch to a hook.  It knows nothing of Python.
- * Every signal is blocked while it waits, so signals go to the threads that
- * expect them; the hook runs with the creating thread's mask, which processes
- * started from it then inherit.
+ * The thread sleeps on its wake-up (platform.h) until the earliest deadline
+ * by the clock time.monotonic() reads (pw_clock_ns), or indefinitely when
+ * nothing is pending: an idle driver makes no wake-ups at all.  Only a newly scheduled earliest
+ * deadline, or a stop, signals it.  On waking it pops every due timer into a batch, drops its mutex
+ * and hands the batch to a hook.  It knows nothing of Python. On POSIX every signal is blocked
+ * while it waits, so signals go to the threads that expect them; the hook runs with the creating
+ * thread's mask, which processes started from it then inherit (Windows has no masks).
  *
  * The same struct serves a wheel without a thread (manual time): the owner
  * then calls pw_driver_collect_locked() itself.
@@ -20,11 +18,10 @@
 #ifndef PW_DRIVER_H
 #define PW_DRIVER_H
 
-#include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "platform.h"
 #include "wheel.h"
 
 typedef struct pw_driver pw_driver;
@@ -38,16 +35,16 @@ typedef struct pw_driver_hooks {
 } pw_driver_hooks;
 
 struct pw_driver {
-  pthread_mutex_t mu;
-  pthread_cond_t wake;    /* thread waits here: new earliest deadline or stop */
-  pthread_cond_t exit_cv; /* closers wait here for `exited` */
+  pw_mutex mu;
+  pw_wake wake;    /* thread waits here: new earliest deadline or stop */
+  pw_cond exit_cv; /* closers wait here for `exited` */
   pw_wheel wheel;
   int64_t tick_ns;
   pw_tick_t sleep_until; /* tick the thread sleeps toward, 0 while it is awake */
   bool started, stop, exited;
-  pthread_t thread;   /* valid once started */
-  sigset_t wait_mask; /* every signal: while waiting and collecting */
-  sigset_t run_mask;  /* the creator's: while the run and stop hooks run */
+  pw_thread thread;     /* valid once started */
+  pw_sigmask wait_mask; /* every signal: while waiting and collecting */
+  pw_sigmask run_mask;  /* the creator's: while the run and stop hooks run */
   /* Due timers popped by the last collection, in (tick, seq) order.  The
    * owner consumes batch[batch_pos..batch_n); the array is rewritten only by
    * the next collection. */
@@ -83,8 +80,8 @@ int pw_driver_start(pw_driver *d);
 void pw_driver_fini(pw_driver *d);
 /* Frees what init set up.  The thread must have exited or never started. */
 
-static inline void pw_driver_lock(pw_driver *d) { pthread_mutex_lock(&d->mu); }
-static inline void pw_driver_unlock(pw_driver *d) { pthread_mutex_unlock(&d->mu); }
+static inline void pw_driver_lock(pw_driver *d) { pw_mutex_lock(&d->mu); }
+static inline void pw_driver_unlock(pw_driver *d) { pw_mutex_unlock(&d->mu); }
 
 void pw_driver_add_locked(pw_driver *d, pw_timer *t, pw_tick_t deadline);
 /* Schedules t; signals the thread only if t is earlier than what it sleeps
@@ -122,10 +119,6 @@ int pw_driver_wait_exited(pw_driver *d, int64_t timeout_ns);
 void pw_driver_after_fork_child(pw_driver *d);
 /* In a forked child: fresh synchronisation objects; the thread, which does
  * not exist here, counts as stopped and exited. */
-
-int64_t pw_clock_ns(void);
-/* time.monotonic_ns()'s clock in nanoseconds: CLOCK_MONOTONIC (macOS:
- * CLOCK_UPTIME_RAW, which is mach_absolute_time(), CPython's there). */
 
 static inline pw_tick_t pw_tick_floor(int64_t ns, int64_t tick_ns) {
   return ns <= 0 ? 0 : (pw_tick_t)(ns / tick_ns);

@@ -1,7 +1,10 @@
 /* slab.c -- see slab.h for the contract. */
+#define _GNU_SOURCE /* platform.h: POSIX declarations under -std=c11 */
 #include "slab.h"
 
 #include <stdlib.h>
+
+#include "platform.h"
 
 /* Under AddressSanitizer a slot is poisoned while free, so that a use after
  * free of a handle is still caught although the memory stays ours. */
@@ -74,7 +77,7 @@ static void partial_remove(pw_slab_set *s, pw_slab_page *pg) {
 }
 
 static pw_slab_page *page_new(pw_slab_set *s) {
-  pw_slab_page *pg = aligned_alloc(PW_SLAB_PAGE, PW_SLAB_PAGE);
+  pw_slab_page *pg = pw_pages_alloc(PW_SLAB_PAGE, PW_SLAB_PAGE);
   if (!pg)
     return NULL;
   for (unsigned k = 0; k < PW_SLAB_SIDE_MAX; k++)
@@ -110,7 +113,7 @@ static void page_free(pw_slab_set *s, pw_slab_page *pg) {
   if (s->on_page)
     s->on_page(pg, PW_SLAB_PAGE, false);
   UNPOISON(slot_at(pg, 0), s->per_page * s->slot_size);
-  free(pg);
+  pw_pages_free(pg);
 }
 
 pw_slab_set *pw_slab_set_new(size_t slot_size, unsigned side_words,
@@ -202,7 +205,7 @@ int pw_slab_foreach(pw_slab_set *s, int (*fn)(void *slot, void *arg), void *arg)
     for (size_t w = 0; w < WORDS; w++) {
       uint64_t m = pg->used[w];
       while (m) {
-        size_t i = w * 64 + (size_t)__builtin_ctzll(m);
+        size_t i = w * 64 + (size_t)pw_ctzll(m);
         m &= m - 1;
         int r = fn(slot_at(pg, i), arg);
         if (r)

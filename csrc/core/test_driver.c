@@ -12,7 +12,7 @@
  * ms_per_batch makes every run hook that slow: the checks must then still
  * wait for the last batch's runs (a loaded machine does the same at random).
  * make test-c also builds it with -DPW_RELATIVE_WAITS (macOS's waits, see
- * driver.c) and every wait cut to 1 ms.
+ * platform_posix.c) and every wait cut to 1 ms.
  */
 #define _GNU_SOURCE
 #include "driver.h"
@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define TICK_NS 1000000 /* 1 ms */
 #define CHUNK 64        /* small: large due sets come in many parts */
@@ -43,11 +42,7 @@ typedef struct {
 static fixture fx;
 static int slow_run_ms; /* argv[3] */
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) && errno == EINTR)
-    ;
-}
+static void sleep_ms(int ms) { pw_sleep_ns((int64_t)ms * 1000000); }
 
 static void run_part(pw_driver *d) {
   int64_t now = pw_clock_ns();
@@ -118,7 +113,7 @@ typedef struct {
 } worker_arg;
 
 /* Schedules its items 0..20 ms ahead and cancels about a third of them. */
-static void *worker(void *p) {
+static pw_thread_ret PW_THREAD_CALL worker(void *p) {
   worker_arg *a = p;
   for (int i = 0; i < a->n; i++) {
     add(&a->items[i], (int64_t)(rnd(&a->seed) % 20000) * 1000);
@@ -130,7 +125,7 @@ static void *worker(void *p) {
       pw_driver_unlock(&fx.d);
     }
   }
-  return NULL;
+  return 0;
 }
 
 /* Groups by sub: an even group may be cut anywhere, an odd one only at its
@@ -208,7 +203,7 @@ int main(int argc, char **argv) {
   pw_driver_unlock(&fx.d);
 
   /* Several threads adding and cancelling while the thread fires. */
-  pthread_t th[64];
+  pw_thread th[64];
   worker_arg args[64];
   if (nthreads > 64)
     nthreads = 64;
@@ -217,10 +212,10 @@ int main(int argc, char **argv) {
   CHECK(items, "out of memory");
   for (int t = 0; t < nthreads; t++) {
     args[t] = (worker_arg){items + (size_t)t * (size_t)per, per, 0x9e3779b9u * (unsigned)(t + 1)};
-    CHECK(pthread_create(&th[t], NULL, worker, &args[t]) == 0, "pthread_create");
+    CHECK(pw_thread_create(&th[t], worker, &args[t], false) == 0, "pw_thread_create");
   }
   for (int t = 0; t < nthreads; t++)
-    pthread_join(th[t], NULL);
+    CHECK(pw_thread_join(th[t]) == 0, "pw_thread_join");
   /* Wait for the runs themselves, not for an empty wheel: the last batch
    * leaves the wheel before its hook has run.  The workers have joined, so
    * the cancelled flags are final and say how many runs to expect. */

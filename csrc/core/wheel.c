@@ -1,8 +1,11 @@
 /* wheel.c -- see wheel.h for the contract. */
+#define _GNU_SOURCE /* platform.h: POSIX declarations under -std=c11 */
 #include "wheel.h"
 
 #include <errno.h>
 #include <stdio.h>
+
+#include "platform.h"
 
 /* ---- lists: circular, with the list head as sentinel ---- */
 
@@ -46,7 +49,7 @@ static inline bool before(const pw_timer *a, const pw_timer *b) {
 /* Level of a deadline d > now: the 6-bit group holding the highest bit in
  * which d differs from now.  PW_LEVELS or more means the overflow list. */
 static inline int level_of(pw_tick_t d, pw_tick_t now) {
-  return (63 - __builtin_clzll(d ^ now)) / PW_LEVEL_BITS;
+  return (63 - pw_clzll(d ^ now)) / PW_LEVEL_BITS;
 }
 
 static inline int slot_of(pw_tick_t d, int level) {
@@ -217,7 +220,7 @@ void pw_wheel_advance(pw_wheel *w, pw_tick_t now) {
     w->unsorted[l] &= ~m;
     w->lazy[l] &= ~m;
     while (m) {
-      int s = __builtin_ctzll(m);
+      int s = pw_ctzll(m);
       m &= m - 1;
       pw_link *h = &w->slot[l][s];
       /* A slot in order (and not lazy) whose last timer is due is due
@@ -321,7 +324,7 @@ static int front_slot(const pw_wheel *w, int *level) {
   for (int l = 0; l < PW_LEVELS; l++)
     if (w->occupied[l]) {
       *level = l;
-      return __builtin_ctzll(w->occupied[l]);
+      return pw_ctzll(w->occupied[l]);
     }
   return -1;
 }
@@ -382,7 +385,7 @@ pw_timer *pw_wheel_any(pw_wheel *w) {
     return timer_of(w->expired.next);
   for (int l = 0; l < PW_LEVELS; l++)
     if (w->occupied[l])
-      return timer_of(w->slot[l][__builtin_ctzll(w->occupied[l])].next);
+      return timer_of(w->slot[l][pw_ctzll(w->occupied[l])].next);
   if (!list_empty(&w->overflow))
     return timer_of(w->overflow.next);
   return NULL;
@@ -404,7 +407,7 @@ int pw_wheel_foreach(const pw_wheel *w, int (*fn)(pw_timer *t, void *arg), void 
   for (int l = 0; l < PW_LEVELS && !r; l++) {
     uint64_t m = w->occupied[l];
     while (m && !r) {
-      int s = __builtin_ctzll(m);
+      int s = pw_ctzll(m);
       m &= m - 1;
       r = foreach_list(&w->slot[l][s], fn, arg);
     }
@@ -513,7 +516,7 @@ int pw_wheel_check(const pw_wheel *w, char *msg, size_t msglen) {
       for (const pw_link *l = h->next; l != h; l = l->next) {
         pw_tick_t d = timer_of((pw_link *)l)->deadline;
         /* recomputed here, not with level_of/slot_of, so a fault there shows */
-        int hb = 63 - __builtin_clzll(d ^ w->now);
+        int hb = 63 - pw_clzll(d ^ w->now);
         bool exact = d > w->now && hb / PW_LEVEL_BITS == lv && (int)((d >> (6 * lv)) & 63) == s;
         if (!exact && !(lazy && d > w->now && d >= start))
           FAIL("deadline %llu misfiled at level %d slot %d (now %llu)", (unsigned long long)d, lv,

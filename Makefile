@@ -240,7 +240,7 @@ clean:
 # missing and apt-get can (root), else says which.  The runs are test-c's.
 # XCHECK_TESTS: each test and the core files it links beyond XCHECK_COMMON
 # (core files every test links: a platform layer goes there).
-XCHECK_COMMON =
+XCHECK_COMMON = platform_posix.c platform_win32.c
 XCHECK_TESTS = wheel:wheel.c driver:driver.c,wheel.c slab:slab.c
 AARCH64_SYSROOT ?= /usr/aarch64-linux-gnu
 

@@ -558,7 +558,7 @@ class _Bridge:
             # loop's own timer does what the wheel's would hand it to.
             timer._handle = loop.call_at(when, timer._run, context=contextvars.Context())
             return timer
-        # The loop's clock and the wheel's are both CLOCK_MONOTONIC, but a
+        # The loop's clock and the wheel's are both time.monotonic()'s, but a
         # loop may cache its time (uvloop does): carry the delay over.
         delay = when - loop.time()
         try:

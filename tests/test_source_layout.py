@@ -1,7 +1,8 @@
 """The C sources show the layers (docs/development.md, "Layout").
 
 csrc/core/ is the pure core (the wheel, the driver, the slabs and their C
-tests): libc and pthreads only, so nothing in it may include Python.h.
+tests): libc and the platform's threads only (pthreads or Win32, behind
+platform.h), so nothing in it may include Python.h.
 csrc/binding/ is the CPython binding, split by concern; no C file there or in
 the core (the core's C test programs aside) grows past 1,000 lines.
 """

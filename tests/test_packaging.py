@@ -79,15 +79,20 @@ def test_ci_runs_every_classified_version():
 
 
 def test_wheel_builds_are_the_tested_versions():
-    # cibuildwheel's selector: one CPython build per tested version, no
-    # free-threaded ones (cp314t-* does not match cp314-*).
+    # cibuildwheel's selector: one CPython build per tested version, and the
+    # free-threaded 3.14t that CI tests (.ci/python-ft; cp314t-* is not
+    # matched by cp314-*), no other free-threaded one.
     tomllib = pytest.importorskip("tomllib")
     path = os.path.join(ROOT, "pyproject.toml")
     if not os.path.isfile(path):
         pytest.skip(f"needs {path}")
     with open(path, "rb") as f:
         build = tomllib.load(f)["tool"]["cibuildwheel"]["build"].split()
-    assert build == [f"cp{v.replace('.', '')}-*" for v in TESTED]
+    assert build == [f"cp{v.replace('.', '')}-*" for v in TESTED] + ["cp314t-*"]
+    ci_run = os.path.join(ROOT, ".ci", "run")
+    if os.path.isfile(ci_run):  # a checkout's (cibuildwheel's test copy has no .ci/)
+        with open(ci_run) as f:
+            assert ".ci/python-ft" in f.read(), "a cp314t wheel needs CI's run on 3.14t"
 
 
 def test_license_is_declared_and_shipped():

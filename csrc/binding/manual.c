@@ -113,11 +113,10 @@ static int64_t exact_min_locked(core *c, pw_tick_t tick, bool take, int64_t targ
 
 /* Runs every timer due by target_ns, tick by tick, each batch at its own
  * tick with time() reading that tick; then time becomes target_ns. */
-static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
+/* The caller claimed the wheel for target_ns; let go of here. */
+static PyObject *run_until_claimed(WheelObject *self, int64_t target_ns) {
   core *c = self->core;
   pw_driver *d = &c->drv;
-  if (claim_target(c, target_ns) < 0)
-    return NULL;
   put_back_leftovers(c);
   pw_tick_t last = pw_tick_floor(target_ns, d->tick_ns);
   Py_ssize_t ran = 0;
@@ -175,6 +174,12 @@ static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
   return PyLong_FromSsize_t(ran);
 }
 
+static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
+  if (claim_target(self->core, target_ns) < 0)
+    return NULL;
+  return run_until_claimed(self, target_ns);
+}
+
 static PyObject *manual_advance(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames) {
   PyObject *arg = pw__one_arg("advance", "seconds", args, nargs, kwnames);
@@ -185,9 +190,16 @@ static PyObject *manual_advance(WheelObject *self, PyObject *const *args, Py_ssi
     PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
     return NULL;
   }
-  if (pw__add_time(manual_now(self->core), delta, "seconds", &target) < 0)
+  /* claimed before the clock is read: another thread's advance in between
+   * would make this one's target lie in the past */
+  core *c = self->core;
+  if (claim(c) < 0)
     return NULL;
-  return manual_run_until(self, target);
+  if (pw__add_time(manual_now(c), delta, "seconds", &target) < 0) {
+    unclaim(c);
+    return NULL;
+  }
+  return check_target(c, target) < 0 ? NULL : run_until_claimed(self, target);
 }
 
 static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -235,10 +247,18 @@ static PyObject *manual_next_deadline(WheelObject *self, PyObject *Py_UNUSED(ign
 static PyObject *manual_advance_to_next(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
   if (!manual_core(self))
     return NULL;
-  int64_t ns = manual_next_ns(self->core);
-  if (ns == NEVER_NS || core_closed(self->core))
+  core *c = self->core;
+  int64_t ns = manual_next_ns(c);
+  if (ns == NEVER_NS || core_closed(c))
     return PyLong_FromLong(0);
-  return manual_run_until(self, ns);
+  if (claim(c) < 0)
+    return NULL;
+  ns = manual_next_ns(c); /* again, claimed: another thread may have moved it */
+  if (ns == NEVER_NS || core_closed(c)) {
+    unclaim(c);
+    return PyLong_FromLong(0);
+  }
+  return check_target(c, ns) < 0 ? NULL : run_until_claimed(self, ns);
 }
 
 /*

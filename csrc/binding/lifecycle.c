@@ -165,14 +165,16 @@ PyObject *pw__close_core(core *c, const char *why, bool want_list) {
     c->advancing = 0;
     core_unlock(c);
   }
-  /* The chain is ours: its handles are marked, and nobody else touches the
+  /* The chain is ours: its handles are marked, and nobody else changes the
    * links of a handle that is not pending. */
   HandleObject **v = want_list ? PyMem_Malloc((n ? n : 1) * sizeof *v) : NULL;
   size_t k = 0;
   for (pw_timer *x = chain; x;) {
     HandleObject *h = handle_of(x);
+    core_lock(c); /* a runner's drop_moved reads the links under it */
     x = (pw_timer *)x->link.next;
     h->node.link.next = NULL;
+    core_unlock(c);
     if (v) {
       v[k++] = h;
       continue;

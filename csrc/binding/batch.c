@@ -105,8 +105,9 @@ static PyObject *invoke(core *c, PyObject *cb, PyObject *args, PyObject *ctx, bo
 
 /* Re-arms repeating handle h on the next first + k*interval strictly after
  * now; the runs in between were missed (the process stalled) and are
- * counted, not replayed.  The batch's reference passes to the wheel. */
-static void rearm(core *c, HandleObject *h) {
+ * counted, not replayed.  The batch's reference passes to the wheel.
+ * Caller holds the core's lock. */
+static void rearm_locked(core *c, HandleObject *h) {
   int64_t now = core_now_ns(c), when = h->when_ns, next;
   if (when <= PAST_NS + 1)
     when = now; /* first=-inf: no anchor worth keeping; count no skipped runs */
@@ -141,6 +142,7 @@ static void record_lateness(core *c, int64_t now, int64_t when) {
  * a handle just put back). */
 void pw__batch_put_back(core *c) {
   pw_driver *d = &c->drv;
+  core_lock(c);
   size_t from = d->batch_pos, to = d->batch_n;
   pw_driver_lock(d);
   for (size_t i = from; i < to; i++) {
@@ -153,6 +155,8 @@ void pw__batch_put_back(core *c) {
   d->batch_live = 0;
   c->part_tick = 0; /* the tick caches do not know of what came back */
   pw_driver_unlock(d);
+  core_unlock(c);
+  /* (only the runner, who calls this, rewrites the batch) */
   for (size_t i = from; i < to; i++)
     if (d->batch[i])
       Py_DECREF(handle_of(d->batch[i]));
@@ -180,19 +184,31 @@ static void drop_moved(pw_driver *d) {
   pw_driver_unlock(d);
 }
 
+/*
+ * Without the GIL the lock is held from one point where Python code can run
+ * to the next: taking an entry, and deciding about it after its run.
+ * Others change the batch meanwhile only under the same lock (cancel,
+ * reschedule, close), as they would between two bytecodes with the GIL.
+ */
 Py_ssize_t pw__run_batch(core *c) {
   pw_driver *d = &c->drv;
+  core_lock(c);
   drop_moved(d);
   sort_exact(d->batch + d->batch_pos, d->batch_n - d->batch_pos);
   int64_t now = core_now_ns(c);
-  WheelObject *owner = c->owner;
-  Py_XINCREF(owner);
+  WheelObject *owner = owner_ref_locked(c);
+  core_unlock(c);
   bool isolated = empty_ctx_enter(c) == 0;
   if (!isolated)
     PyErr_WriteUnraisable(NULL);
   Py_ssize_t ran = 0;
   PyObject *fatal = NULL;
-  while (d->batch_pos < d->batch_n) {
+  for (;;) {
+    core_lock(c);
+    if (d->batch_pos >= d->batch_n) {
+      core_unlock(c);
+      break;
+    }
     if (d->batch_pos + PREFETCH_AHEAD < d->batch_n) {
       HandleObject *ahead = handle_of(d->batch[d->batch_pos + PREFETCH_AHEAD]);
       __builtin_prefetch(ahead);
@@ -200,6 +216,7 @@ Py_ssize_t pw__run_batch(core *c) {
     }
     HandleObject *h = handle_of(d->batch[d->batch_pos++]);
     if (!batch_owns(&h->node)) { /* cancelled, or moved */
+      core_unlock(c);
       Py_DECREF(h);
       continue;
     }
@@ -221,6 +238,7 @@ Py_ssize_t pw__run_batch(core *c) {
      * (the handler, the releases), so a close() or cancel() meanwhile
      * still finds the handle; the re-arm decision comes after all of it. */
     c->running = h;
+    core_unlock(c);
     PyObject *r = invoke(c, cb, args, ctx, &isolated);
     if (r)
       Py_DECREF(r);
@@ -231,12 +249,14 @@ Py_ssize_t pw__run_batch(core *c) {
     Py_DECREF(cb);
     Py_XDECREF(args);
     Py_XDECREF(ctx);
+    core_lock(c);
     /* (a repeating timer moved by its own callback is linked already) */
     bool again = h->interval_ns && !c->closed && batch_owns(&h->node);
     c->running = NULL;
     if (again)
-      rearm(c, h);
-    else
+      rearm_locked(c, h);
+    core_unlock(c);
+    if (!again)
       Py_DECREF(h);
     if (fatal)
       break;
@@ -300,11 +320,13 @@ void pw__hook_run(pw_driver *d, void *arg) {
     pw_driver_stop(d);
     return;
   }
+  /* Takes the GIL; without one, attaches: the callbacks then run in
+   * parallel with the program's threads (module.h). */
   PyEval_RestoreThread(c->tstate);
   pw__run_batch(c);
   /* The rest of a large expiry, part by part, without giving up the GIL in
    * between: taking the mutex under the GIL is the allowed order. */
-  while (!c->closed && !pw_is_finalizing() && pw_driver_collect_rest(d))
+  while (!core_closed(c) && !pw_is_finalizing() && pw_driver_collect_rest(d))
     pw__run_batch(c);
   PyEval_SaveThread();
 }

@@ -91,9 +91,13 @@ done:
  * that raises is reported through the default handler, and if even that
  * fails, as unraisable.  Never leaves an exception set. */
 void pw__call_handler(WheelObject *wheel, PyObject *context) {
-  PyObject *res;
-  if (wheel && wheel->handler) {
-    PyObject *h = Py_NewRef(wheel->handler);
+  PyObject *res, *h = NULL;
+  if (wheel) {
+    Py_BEGIN_CRITICAL_SECTION(wheel); /* set_exception_handler may swap it */
+    h = Py_XNewRef(wheel->handler);
+    Py_END_CRITICAL_SECTION();
+  }
+  if (h) {
     res = PyObject_CallFunctionObjArgs(h, (PyObject *)wheel, context, NULL);
     Py_DECREF(h);
     if (res) {
@@ -120,7 +124,9 @@ void pw__call_handler(WheelObject *wheel, PyObject *context) {
 
 /* Reports the exception raised by handle h's callback; clears it. */
 void pw__report_callback_error(core *c, WheelObject *owner, HandleObject *h) {
+  core_lock(c);
   c->errors++;
+  core_unlock(c);
   PyObject *exc = pw__fetch_exc();
   PyObject *ctx = Py_BuildValue("{s:s,s:O,s:O}", "message", "Exception in timer callback",
                                 "exception", exc ? exc : Py_None, "handle", (PyObject *)h);

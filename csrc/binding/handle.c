@@ -17,9 +17,39 @@ static void handle_free(void *h) { pw_slab_free(h); }
 
 static void handle_dealloc(HandleObject *h) {
   PyTypeObject *tp = Py_TYPE(h);
-  handle_release(h);
+#ifdef PW_FREE_THREADED
+  /* Any thread may drop the last reference: the words and the slot are
+   * the core's to change, under its lock; the core is ours till the end. */
+  core *c = h->core;
+  PyObject *cb, *args, *ctx;
+  core_lock(c);
+  handle_take_refs(h, &cb, &args, &ctx);
   tp->tp_free(h);
+  core_unlock(c);
+  Py_XDECREF(cb);
+  Py_XDECREF(args);
+  Py_XDECREF(ctx);
+  pw__core_decref(c);
+#else
+  handle_release(h->core, h);
+  tp->tp_free(h);
+#endif
   Py_DECREF(tp);
+}
+
+/* A handle's deadline and state, read as one moment of its life. */
+static int64_t handle_when_ns(HandleObject *h) {
+  core_lock(h->core);
+  int64_t ns = h->when_ns;
+  core_unlock(h->core);
+  return ns;
+}
+
+static int handle_state(HandleObject *h) {
+  core_lock(h->core);
+  int st = h->state;
+  core_unlock(h->core);
+  return st;
 }
 
 /*
@@ -37,12 +67,14 @@ static PyObject *cancel_result(HandleObject *h, bool stopped) {
 }
 
 static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
+  core *c = h->core; /* (on a build with the GIL, valid only while pending) */
+  core_lock(c);
   if (h->state != H_PENDING) {
     if (h->stock)
       h->state = H_CANCELLED; /* ran: nothing is counted, nothing to release */
+    core_unlock(c);
     return cancel_result(h, false);
   }
-  core *c = h->core;
   pw_driver_lock(&c->drv);
   bool linked = pw_wheel_cancel(&c->drv.wheel, &h->node);
   if (linked && h->node.deadline == c->part_tick && h->when_ns == c->part_min)
@@ -56,10 +88,15 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
    * fired), so that scheduled == fired + cancelled + pending holds. */
   if (c->running != h || linked) /* linked: a run moved by its own callback */
     c->cancelled++;
-  handle_release(h); /* may run __del__ code: nothing of ours is read after */
+  PyObject *cb, *args, *ctx;
+  handle_take_refs(h, &cb, &args, &ctx);
+  core_unlock(c);
   bool stock = h->stock;
   if (linked)
     Py_DECREF(h); /* the wheel's reference; the caller still holds one */
+  Py_XDECREF(cb); /* may run __del__ code: nothing of ours is read after */
+  Py_XDECREF(args);
+  Py_XDECREF(ctx);
   if (stock)
     Py_RETURN_NONE;
   Py_RETURN_TRUE;
@@ -76,10 +113,24 @@ static PyObject *handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
  * (batch_owns() says which entries are still the batch's; wheel_traverse
  * and pw__close_core, which meet them in the wheel first, skip the others).
  */
-static PyObject *handle_move(HandleObject *h, int64_t when_ns, bool overdue) {
-  if (h->state != H_PENDING || h->core->closed)
-    Py_RETURN_FALSE;
+/* `when_ns` is the deadline, or, with `delay`, the delay from now (read
+ * here, under the lock that orders it with a ManualWheel's advance). */
+static PyObject *handle_move(HandleObject *h, int64_t when_ns, bool delay) {
   core *c = h->core;
+  core_lock(c);
+  if (h->state != H_PENDING || core_closed(c)) {
+    core_unlock(c);
+    Py_RETURN_FALSE;
+  }
+  int64_t now = core_now_ns(c);
+  bool overdue = when_ns < now;
+  if (delay) {
+    overdue = when_ns <= 0;
+    if (pw__add_time(now, when_ns, "delay", &when_ns) < 0) {
+      core_unlock(c); /* (the error is only a message: no Python code ran) */
+      return NULL;
+    }
+  }
   pw_driver *d = &c->drv;
   pw_driver_lock(d);
   bool linked = pw_timer_linked(&h->node);
@@ -98,6 +149,7 @@ static PyObject *handle_move(HandleObject *h, int64_t when_ns, bool overdue) {
   if (!linked && h == c->running)
     c->scheduled++;
   c->rescheduled++;
+  core_unlock(c);
   Py_RETURN_TRUE;
 }
 
@@ -107,37 +159,33 @@ static PyObject *handle_reschedule(HandleObject *h, PyObject *const *args, Py_ss
   int64_t when;
   if (!arg || pw__time_to_ns(arg, "when", &when) < 0)
     return NULL;
-  if (h->state != H_PENDING) /* looked at after the conversion ran */
-    Py_RETURN_FALSE;
-  return handle_move(h, when, when < core_now_ns(h->core));
+  return handle_move(h, when, false); /* the state is looked at after the conversion ran */
 }
 
 static PyObject *handle_reschedule_later(HandleObject *h, PyObject *const *args, Py_ssize_t nargs,
                                          PyObject *kwnames) {
   PyObject *arg = pw__one_arg("reschedule_later", "delay", args, nargs, kwnames);
-  int64_t delay, when;
+  int64_t delay;
   if (!arg || pw__seconds_to_ns(arg, "delay", &delay) < 0)
     return NULL;
-  if (h->state != H_PENDING) /* h->core is valid only while pending */
-    Py_RETURN_FALSE;
-  if (pw__add_time(core_now_ns(h->core), delay, "delay", &when) < 0)
-    return NULL;
-  return handle_move(h, when, delay <= 0);
+  return handle_move(h, delay, true);
 }
 
 static PyObject *handle_cancelled(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
-  return PyBool_FromLong(h->state == H_CANCELLED);
+  return PyBool_FromLong(handle_state(h) == H_CANCELLED);
 }
 
 static PyObject *handle_when(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
-  return PyFloat_FromDouble(ns_to_s(h->when_ns));
+  return PyFloat_FromDouble(ns_to_s(handle_when_ns(h)));
 }
 
 static PyObject *handle_get_context(HandleObject *h, PyObject *Py_UNUSED(ignored)) {
   /* NULL stands for an empty context (see capture_context): a new empty one
    * is indistinguishable from a copy of it. */
-  PyObject *ctx = handle_context(h);
-  return ctx ? Py_NewRef(ctx) : PyContext_New();
+  core_lock(h->core);
+  PyObject *ctx = Py_XNewRef(handle_context(h));
+  core_unlock(h->core);
+  return ctx ? ctx : PyContext_New();
 }
 
 static PyObject *handle_get_interval(HandleObject *h, void *Py_UNUSED(closure)) {
@@ -148,22 +196,27 @@ static PyObject *handle_get_interval(HandleObject *h, void *Py_UNUSED(closure)) 
 
 static PyObject *handle_repr(HandleObject *h) {
   static const char *names[] = {"pending", "done", "cancelled"};
-  PyObject *when = PyFloat_FromDouble(ns_to_s(h->when_ns));
-  if (!when)
-    return NULL;
   /* held: its __repr__ may cancel the handle, which lets go of it */
+  core_lock(h->core);
   PyObject *r, *cb = Py_XNewRef(handle_callback(h));
+  int64_t when_ns = h->when_ns;
+  const char *state = names[h->state];
+  core_unlock(h->core);
+  PyObject *when = PyFloat_FromDouble(ns_to_s(when_ns));
+  if (!when) {
+    Py_XDECREF(cb);
+    return NULL;
+  }
   if (cb && h->interval_ns) {
     PyObject *interval = handle_get_interval(h, NULL);
     r = interval ? PyUnicode_FromFormat("<%s %s when=%R interval=%R callback=%R>",
-                                        Py_TYPE(h)->tp_name, names[h->state], when, interval, cb)
+                                        Py_TYPE(h)->tp_name, state, when, interval, cb)
                  : NULL;
     Py_XDECREF(interval);
   } else if (cb)
-    r = PyUnicode_FromFormat("<%s %s when=%R callback=%R>", Py_TYPE(h)->tp_name, names[h->state],
-                             when, cb);
+    r = PyUnicode_FromFormat("<%s %s when=%R callback=%R>", Py_TYPE(h)->tp_name, state, when, cb);
   else
-    r = PyUnicode_FromFormat("<%s %s when=%R>", Py_TYPE(h)->tp_name, names[h->state], when);
+    r = PyUnicode_FromFormat("<%s %s when=%R>", Py_TYPE(h)->tp_name, state, when);
   Py_XDECREF(cb);
   Py_DECREF(when);
   return r;
@@ -183,7 +236,7 @@ static PyObject *handle_richcompare(PyObject *a, PyObject *b, int op);
 static Py_hash_t handle_hash(HandleObject *h) {
   if (!h->stock)
     return PyBaseObject_Type.tp_hash((PyObject *)h);
-  PyObject *when = PyFloat_FromDouble(ns_to_s(h->when_ns));
+  PyObject *when = PyFloat_FromDouble(ns_to_s(handle_when_ns(h)));
   if (!when)
     return -1;
   Py_hash_t r = PyObject_Hash(when);
@@ -257,11 +310,25 @@ static int handle_equal(HandleObject *x, HandleObject *y) {
     return 1;
   if (!x->stock || !y->stock)
     return 0;
-  if (x->when_ns != y->when_ns || (x->state == H_CANCELLED) != (y->state == H_CANCELLED))
+  /* the comparisons run Python code: hold what they read; one lock at a
+   * time (two handles may belong to two wheels) */
+  core_lock(x->core);
+  int64_t xw = x->when_ns;
+  bool xcan = x->state == H_CANCELLED;
+  PyObject *xc = Py_XNewRef(handle_callback(x)), *xa = Py_XNewRef(handle_args(x));
+  core_unlock(x->core);
+  core_lock(y->core);
+  int64_t yw = y->when_ns;
+  bool ycan = y->state == H_CANCELLED;
+  PyObject *yc = Py_XNewRef(handle_callback(y)), *ya = Py_XNewRef(handle_args(y));
+  core_unlock(y->core);
+  if (xw != yw || xcan != ycan) {
+    Py_XDECREF(xc);
+    Py_XDECREF(yc);
+    Py_XDECREF(xa);
+    Py_XDECREF(ya);
     return 0;
-  /* the comparisons run Python code: hold what they read */
-  PyObject *xc = Py_XNewRef(handle_callback(x)), *yc = Py_XNewRef(handle_callback(y));
-  PyObject *xa = Py_XNewRef(handle_args(x)), *ya = Py_XNewRef(handle_args(y));
+  }
   int r = equal_or_null(xc, yc);
   if (r > 0)
     r = equal_or_null(xa, ya);
@@ -278,14 +345,16 @@ static PyObject *handle_richcompare(PyObject *a, PyObject *b, int op) {
     Py_RETURN_NOTIMPLEMENTED;
   HandleObject *x = (HandleObject *)a, *y = (HandleObject *)b;
   int r;
+  int64_t xw = op == Py_EQ || op == Py_NE ? 0 : handle_when_ns(x);
+  int64_t yw = op == Py_EQ || op == Py_NE ? 0 : handle_when_ns(y);
   switch (op) {
   case Py_LT:
-    return PyBool_FromLong(x->when_ns < y->when_ns);
+    return PyBool_FromLong(xw < yw);
   case Py_GT:
-    return PyBool_FromLong(x->when_ns > y->when_ns);
+    return PyBool_FromLong(xw > yw);
   case Py_LE:
   case Py_GE:
-    if (op == Py_LE ? x->when_ns < y->when_ns : x->when_ns > y->when_ns)
+    if (op == Py_LE ? xw < yw : xw > yw)
       Py_RETURN_TRUE;
     __attribute__((fallthrough)); /* or equal */
   case Py_EQ:

@@ -101,10 +101,13 @@ size_t pw__batch_live_scan_locked(core *c) {
  * cancelled timers are chained through their own free links.
  */
 PyObject *pw__close_core(core *c, const char *why, bool want_list) {
-  if (c->closed)
+  core_lock(c); /* held up to the releases, which run Python code */
+  if (c->closed) {
+    core_unlock(c);
     return want_list ? PyList_New(0) : NULL;
-  c->closed = true;
+  }
   c->closed_why = why;
+  __atomic_store_n(&c->closed, true, __ATOMIC_RELEASE); /* see core_closed */
   pw_driver *d = &c->drv;
   pw_timer *chain = NULL;
   size_t n = 0;
@@ -132,8 +135,13 @@ PyObject *pw__close_core(core *c, const char *why, bool want_list) {
   /* A ManualWheel's set-aside batch has nobody left to drain it (a threaded
    * wheel's runner, or an advance() in progress, drains its own). */
   size_t drop_from = d->batch_pos, drop_to = d->batch_pos;
-  if (c->manual && !c->advancing)
+  bool claimed = c->manual && !c->advancing;
+  if (claimed) {
     drop_to = d->batch_pos = d->batch_n;
+    /* claimed while the batch's references are dropped below, out of the
+     * lock (a drop may free a handle): nobody collects into it meanwhile */
+    c->advancing = PW_CLOSING;
+  }
   pw_driver_unlock(d);
   bool running_chained = false; /* (a running one moved again was in the wheel) */
   if (c->running && c->running->state == H_PENDING) {
@@ -149,19 +157,29 @@ PyObject *pw__close_core(core *c, const char *why, bool want_list) {
     handle_of(x)->state = H_CANCELLED;
     c->cancelled += !(running_chained && handle_of(x) == c->running); /* see handle_cancel */
   }
-  for (size_t i = drop_from; i < drop_to; i++)
-    Py_DECREF(handle_of(d->batch[i])); /* the batch's; the chain holds its own */
+  core_unlock(c);
+  if (claimed) {
+    for (size_t i = drop_from; i < drop_to; i++)
+      Py_DECREF(handle_of(d->batch[i])); /* the batch's; the chain holds its own */
+    core_lock(c);
+    c->advancing = 0;
+    core_unlock(c);
+  }
+  /* The chain is ours: its handles are marked, and nobody else changes the
+   * links of a handle that is not pending. */
   HandleObject **v = want_list ? PyMem_Malloc((n ? n : 1) * sizeof *v) : NULL;
   size_t k = 0;
   for (pw_timer *x = chain; x;) {
     HandleObject *h = handle_of(x);
+    core_lock(c); /* a runner's drop_moved reads the links under it */
     x = (pw_timer *)x->link.next;
     h->node.link.next = NULL;
+    core_unlock(c);
     if (v) {
       v[k++] = h;
       continue;
     }
-    handle_release(h);
+    handle_release(c, h);
     Py_DECREF(h);
   }
   if (!want_list)
@@ -171,7 +189,7 @@ PyObject *pw__close_core(core *c, const char *why, bool want_list) {
   qsort(v, n, sizeof *v, pw__cmp_handles);
   PyObject *list = PyList_New((Py_ssize_t)n);
   for (size_t i = 0; i < n; i++) {
-    handle_release(v[i]);
+    handle_release(c, v[i]);
     if (list)
       PyList_SET_ITEM(list, (Py_ssize_t)i, (PyObject *)v[i]);
     else
@@ -184,10 +202,12 @@ PyObject *pw__close_core(core *c, const char *why, bool want_list) {
 /* The Python side lets go of the core's slabs (GIL held): from here on it
  * allocates no handle, and the handles still alive keep the pages. */
 void pw__core_release_slabs(core *c) {
+  core_lock(c); /* handles are freed into the set on any thread */
   if (c->slabs) {
     pw_slab_release(c->slabs);
     c->slabs = NULL;
   }
+  core_unlock(c);
 }
 
 /* Slab pages are memory Python code allocated, and tracemalloc says so. */
@@ -313,7 +333,8 @@ PyObject *pw__close_and_wait(WheelObject *self, int64_t timeout) {
   /* No waiting once the atexit hook ran: its grace is over, and a thread
    * still in a callback then may die in the interpreter's take_gil without
    * a word. */
-  if (!c->manual && c->drv.started && !state_of_type(Py_TYPE(self))->exited && wait_begin(c)) {
+  if (!c->manual && c->drv.started && !atomic_load(&state_of_type(Py_TYPE(self))->exited) &&
+      wait_begin(c)) {
     Py_INCREF(self); /* keeps the core while the GIL is released */
     int r = wait_thread(c, timeout);
     wait_end();
@@ -338,7 +359,7 @@ PyObject *pw__mod_shutdown(PyObject *m, PyObject *arg) {
   if (!all)
     return NULL;
   PyInterpreterState *me = PyInterpreterState_Get();
-  ((modstate *)PyModule_GetState(m))->exited = true;
+  atomic_store(&((modstate *)PyModule_GetState(m))->exited, true);
   for (core **p = all; *p; p++) {
     core *c = *p;
     if (c->interp != me)
@@ -350,8 +371,10 @@ PyObject *pw__mod_shutdown(PyObject *m, PyObject *arg) {
      * other code; the collector frees it as any object. */
     if (c->manual)
       continue;
-    if (c->owner && !c->closed) {
-      PyObject *owner = Py_NewRef(c->owner);
+    core_lock(c);
+    WheelObject *owner = c->closed ? NULL : owner_ref_locked(c);
+    core_unlock(c);
+    if (owner) {
       pw__close_core(c, "the interpreter is exiting", false);
       Py_DECREF(owner);
     } else {
@@ -405,6 +428,11 @@ static void atfork_child(void) {
   pw_mutex_init(&wait_mu);
   pw_mutex_init(&registry_mu);
   for (core *c = registry.reg_next; c != &registry; c = c->reg_next) {
+#ifdef PW_FREE_THREADED
+    /* Held by no thread that exists here: os.fork() stops the world first,
+     * and no thread is ever stopped inside a stretch under this lock. */
+    c->lock = (PyMutex){0};
+#endif
     c->forked = true;
     c->waiting_for = NULL; /* whoever waited is gone, or is this thread */
     c->thread_alive_at_fork = c->drv.started && !c->drv.exited;
@@ -448,13 +476,20 @@ PyObject *pw__mod_after_fork_child(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(i
     if (c->fork_own_thread) {
       /* fork() was called by one of this wheel's callbacks: this thread is
        * the wheel's, and its runner finishes the batch as usual. */
-      if (c->owner)
+      core_lock(c);
+      WheelObject *owner = owner_ref_locked(c);
+      core_unlock(c);
+      if (owner) {
         pw__close_core(c, "the process forked from one of its callbacks", false);
+        Py_DECREF(owner);
+      }
       continue;
     }
     c->tstate = NULL; /* the runtime deleted it with its thread */
-    if (c->owner) {
-      PyObject *owner = Py_NewRef(c->owner);
+    core_lock(c);
+    WheelObject *owner = owner_ref_locked(c);
+    core_unlock(c);
+    if (owner) {
       pw__close_core(c, "it belongs to the parent process; create a new Wheel in the child", false);
       Py_DECREF(owner);
     }

@@ -73,11 +73,19 @@ static PyObject *s_context;    /* interned "context", made once */
 static PyObject *s_context_kw; /* ("context",): kwnames of a call passing context= */
 
 static int intern_names(void) {
+#ifdef PW_FREE_THREADED
+  static PyMutex mu; /* two loops may be made at once */
+  PyMutex_Lock(&mu);
+#endif
   if (!s_context)
     s_context = PyUnicode_InternFromString("context");
   if (s_context && !s_context_kw)
     s_context_kw = PyTuple_Pack(1, s_context);
-  return s_context && s_context_kw ? 0 : -1;
+  int r = s_context && s_context_kw ? 0 : -1;
+#ifdef PW_FREE_THREADED
+  PyMutex_Unlock(&mu);
+#endif
+  return r;
 }
 
 static PyObject *timers_new(PyTypeObject *type, PyObject *args, PyObject *kw) {

@@ -25,8 +25,21 @@ static core *manual_core(WheelObject *self) {
   return self->core;
 }
 
-static int check_not_advancing(core *c) {
-  if (!c->advancing)
+/*
+ * Claiming.  Whatever moves a ManualWheel's clock or its set-aside batch
+ * (advance*, collect_due, run_collected, run_due, _run_soon) claims the
+ * wheel first, under the core's lock, and lets go at the end: a second
+ * caller meanwhile -- one of its own callbacks, or, without the GIL,
+ * another thread -- is refused with RuntimeError, never interleaved.  A
+ * claim is a flag, not a lock: callbacks run while it is held.
+ */
+static int claim(core *c) {
+  core_lock(c);
+  unsigned long had = c->advancing;
+  if (!had)
+    c->advancing = PyThread_get_thread_ident();
+  core_unlock(c);
+  if (!had)
     return 0;
   PyErr_SetString(PyExc_RuntimeError,
                   "this ManualWheel is already advancing (a ManualWheel cannot be advanced "
@@ -34,38 +47,58 @@ static int check_not_advancing(core *c) {
   return -1;
 }
 
-/* Whether a ManualWheel may move its time to target_ns: forward, finite,
- * and not while it is already advancing. */
+/* Lets go of a claim.  A close() while it was held left the set-aside
+ * batch to its claimer (see pw__close_core): its references go here. */
+static void unclaim(core *c) {
+  pw_driver *d = &c->drv;
+  core_lock(c);
+  size_t from = d->batch_pos, to = d->batch_n;
+  bool drop = c->closed && from < to;
+  if (drop)
+    d->batch_pos = to;
+  core_unlock(c);
+  for (size_t i = from; drop && i < to; i++)
+    Py_DECREF(handle_of(d->batch[i]));
+  core_lock(c);
+  c->advancing = 0;
+  core_unlock(c);
+}
+
+/* Whether the claimer may move time to target_ns: forward and finite; if
+ * not, lets go of the claim. */
 static int check_target(core *c, int64_t target_ns) {
-  if (check_not_advancing(c) < 0)
-    return -1;
-  if (target_ns == NEVER_NS) {
-    PyErr_SetString(PyExc_ValueError, "cannot advance time to infinity");
-    return -1;
-  }
-  if (target_ns < c->manual_ns) {
-    PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
-    return -1;
-  }
-  return 0;
+  const char *bad = target_ns == NEVER_NS       ? "cannot advance time to infinity"
+                    : target_ns < manual_now(c) ? "time cannot go backwards"
+                                                : NULL;
+  if (!bad)
+    return 0;
+  unclaim(c);
+  PyErr_SetString(PyExc_ValueError, bad);
+  return -1;
+}
+
+/* Claims the wheel to move its time to target_ns. */
+static int claim_target(core *c, int64_t target_ns) {
+  return claim(c) < 0 ? -1 : check_target(c, target_ns);
 }
 
 /* Set-aside timers that did not run (collect_due() without run_collected(),
  * or an exception in between) go back to their places before time moves
- * again, so they are neither lost nor overwritten, and still come first. */
+ * again, so they are neither lost nor overwritten, and still come first.
+ * The caller has claimed the wheel. */
 static void put_back_leftovers(core *c) {
-  if (c->drv.batch_pos < c->drv.batch_n)
-    pw__batch_put_back(c);
+  core_lock(c);
+  bool any = c->drv.batch_pos < c->drv.batch_n;
   c->part_tick = 0;
+  core_unlock(c);
+  if (any)
+    pw__batch_put_back(c);
 }
 
-/* Runs the set-aside batch on the caller's thread. */
+/* Runs the set-aside batch on the caller's thread, which claimed it. */
 static Py_ssize_t run_batch_here(WheelObject *self) {
-  core *c = self->core;
   Py_INCREF(self);
-  c->advancing = PyThread_get_thread_ident();
-  Py_ssize_t r = pw__run_batch(c);
-  c->advancing = 0;
+  Py_ssize_t r = pw__run_batch(self->core);
   Py_DECREF(self);
   return r;
 }
@@ -80,17 +113,16 @@ static int64_t exact_min_locked(core *c, pw_tick_t tick, bool take, int64_t targ
 
 /* Runs every timer due by target_ns, tick by tick, each batch at its own
  * tick with time() reading that tick; then time becomes target_ns. */
-static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
+/* The caller claimed the wheel for target_ns; let go of here. */
+static PyObject *run_until_claimed(WheelObject *self, int64_t target_ns) {
   core *c = self->core;
   pw_driver *d = &c->drv;
-  if (check_target(c, target_ns) < 0)
-    return NULL;
   put_back_leftovers(c);
   pw_tick_t last = pw_tick_floor(target_ns, d->tick_ns);
   Py_ssize_t ran = 0;
   Py_INCREF(self);
-  c->advancing = PyThread_get_thread_ident();
   for (;;) {
+    core_lock(c);
     pw_driver_lock(d);
     pw_tick_t next = pw_wheel_next(&d->wheel);
     if (!c->closed && next > last && next != PW_TICK_MAX && next == cut_tick(d->tick_ns)) {
@@ -105,35 +137,47 @@ static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
           d->max_batch = d->batch_n;
       }
       pw_driver_unlock(d);
-      if (!took)
+      if (!took) {
+        core_unlock(c);
         break;
-      c->manual_ns = target_ns;
+      }
+      set_manual_now(c, target_ns);
     } else if (c->closed || next > last) {
       pw_driver_unlock(d);
+      core_unlock(c);
       break;
     } else {
       pw_tick_t at = next > d->wheel.now ? next : d->wheel.now;
       pw_driver_collect_locked(d, at);
       pw_driver_unlock(d);
       int64_t at_ns = (int64_t)at * d->tick_ns;
-      if (at_ns > c->manual_ns)
-        c->manual_ns = at_ns;
+      if (at_ns > manual_now(c))
+        set_manual_now(c, at_ns);
     }
+    core_unlock(c);
     Py_ssize_t r = pw__run_batch(c);
     if (r < 0) {
-      c->advancing = 0;
+      unclaim(c);
       Py_DECREF(self);
       return NULL;
     }
     ran += r;
   }
-  c->advancing = 0;
-  c->manual_ns = target_ns;
+  core_lock(c);
+  set_manual_now(c, target_ns);
   pw_driver_lock(d);
   pw_wheel_advance(&d->wheel, last);
   pw_driver_unlock(d);
+  core_unlock(c);
+  unclaim(c);
   Py_DECREF(self);
   return PyLong_FromSsize_t(ran);
+}
+
+static PyObject *manual_run_until(WheelObject *self, int64_t target_ns) {
+  if (claim_target(self->core, target_ns) < 0)
+    return NULL;
+  return run_until_claimed(self, target_ns);
 }
 
 static PyObject *manual_advance(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -146,9 +190,16 @@ static PyObject *manual_advance(WheelObject *self, PyObject *const *args, Py_ssi
     PyErr_SetString(PyExc_ValueError, "time cannot go backwards");
     return NULL;
   }
-  if (pw__add_time(self->core->manual_ns, delta, "seconds", &target) < 0)
+  /* claimed before the clock is read: another thread's advance in between
+   * would make this one's target lie in the past */
+  core *c = self->core;
+  if (claim(c) < 0)
     return NULL;
-  return manual_run_until(self, target);
+  if (pw__add_time(manual_now(c), delta, "seconds", &target) < 0) {
+    unclaim(c);
+    return NULL;
+  }
+  return check_target(c, target) < 0 ? NULL : run_until_claimed(self, target);
 }
 
 static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -160,32 +211,35 @@ static PyObject *manual_advance_to(WheelObject *self, PyObject *const *args, Py_
   return manual_run_until(self, when);
 }
 
-/* Whether set-aside timers wait to run: they are due now. */
-static bool leftovers_pending(core *c) { return c->drv.batch_live > 0; }
-
-/* Wheel time at which the next callback runs: its tick, or now if overdue. */
+/* Wheel time at which the next callback runs: its tick, or now if overdue
+ * (set-aside timers wait to run: they are due now). */
 static int64_t manual_next_ns(core *c) {
-  if (leftovers_pending(c))
-    return c->manual_ns;
+  core_lock(c);
+  int64_t now = manual_now(c);
+  if (c->drv.batch_live > 0) {
+    core_unlock(c);
+    return now;
+  }
   pw_driver_lock(&c->drv);
   pw_tick_t next = pw_wheel_next(&c->drv.wheel);
   int64_t ns = NEVER_NS;
   if (next != PW_TICK_MAX && next == cut_tick(c->drv.tick_ns))
     ns = exact_min_locked(c, next, false, 0); /* see manual_run_until */
   pw_driver_unlock(&c->drv);
+  core_unlock(c);
   if (next == PW_TICK_MAX || next > (pw_tick_t)(MAX_NS / c->drv.tick_ns)) {
     if (ns == NEVER_NS)
       return NEVER_NS;
   } else
     ns = (int64_t)next * c->drv.tick_ns;
-  return ns > c->manual_ns ? ns : c->manual_ns;
+  return ns > now ? ns : now;
 }
 
 static PyObject *manual_next_deadline(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
   if (!manual_core(self))
     return NULL;
   int64_t ns = manual_next_ns(self->core);
-  if (ns == NEVER_NS || self->core->closed)
+  if (ns == NEVER_NS || core_closed(self->core))
     Py_RETURN_NONE;
   return PyFloat_FromDouble(pw__s_of_ns(ns));
 }
@@ -193,10 +247,18 @@ static PyObject *manual_next_deadline(WheelObject *self, PyObject *Py_UNUSED(ign
 static PyObject *manual_advance_to_next(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
   if (!manual_core(self))
     return NULL;
-  int64_t ns = manual_next_ns(self->core);
-  if (ns == NEVER_NS || self->core->closed)
+  core *c = self->core;
+  int64_t ns = manual_next_ns(c);
+  if (ns == NEVER_NS || core_closed(c))
     return PyLong_FromLong(0);
-  return manual_run_until(self, ns);
+  if (claim(c) < 0)
+    return NULL;
+  ns = manual_next_ns(c); /* again, claimed: another thread may have moved it */
+  if (ns == NEVER_NS || core_closed(c)) {
+    unclaim(c);
+    return PyLong_FromLong(0);
+  }
+  return check_target(c, ns) < 0 ? NULL : run_until_claimed(self, ns);
 }
 
 /*
@@ -247,13 +309,17 @@ static int64_t exact_min_locked(core *c, pw_tick_t tick, bool take, int64_t targ
 }
 
 /* Moves time to target_ns and sets aside, as the next batch, every timer
- * whose exact deadline is <= target_ns.  The caller checked the target. */
+ * whose exact deadline is <= target_ns.  The caller claimed the wheel for
+ * the target. */
 static void collect_exact(core *c, int64_t target_ns) {
   pw_driver *d = &c->drv;
   put_back_leftovers(c);
-  c->manual_ns = target_ns;
-  if (c->closed)
+  core_lock(c);
+  set_manual_now(c, target_ns);
+  if (c->closed) {
+    core_unlock(c);
     return;
+  }
   pw_tick_t floor = pw_tick_floor(target_ns, d->tick_ns);
   pw_tick_t ceil = pw_tick_ceil(target_ns, d->tick_ns);
   pw_driver_lock(d);
@@ -266,6 +332,7 @@ static void collect_exact(core *c, int64_t target_ns) {
       d->max_batch = d->batch_n;
   }
   pw_driver_unlock(d);
+  core_unlock(c);
 }
 
 /* The least exact deadline of the pending timers, or NEVER_NS: overdue ones
@@ -273,6 +340,7 @@ static void collect_exact(core *c, int64_t target_ns) {
  * stock loop's max(0, when - time()).  The least of the wheel's lies in its
  * earliest tick; set-aside timers that did not run are pending too. */
 static int64_t next_when_ns(core *c) {
+  core_lock(c);
   int64_t r = NEVER_NS;
   for (size_t i = c->drv.batch_pos; i < c->drv.batch_n; i++)
     if (batch_owns(c->drv.batch[i]) && handle_of(c->drv.batch[i])->when_ns < r)
@@ -289,6 +357,7 @@ static int64_t next_when_ns(core *c) {
   } else if (t != PW_TICK_MAX)
     w = exact_min_locked(c, t, false, 0);
   pw_driver_unlock(d);
+  core_unlock(c);
   return w < r ? w : r;
 }
 
@@ -296,25 +365,30 @@ static PyObject *manual_next_when(WheelObject *self, PyObject *Py_UNUSED(ignored
   if (!manual_core(self))
     return NULL;
   int64_t ns = next_when_ns(self->core);
-  if (ns == NEVER_NS || self->core->closed)
+  if (ns == NEVER_NS || core_closed(self->core))
     Py_RETURN_NONE;
   return PyFloat_FromDouble(ns_to_s(ns));
 }
 
+/* The target of collect_due and run_due; claims the wheel for it. */
 static int parse_target(WheelObject *self, const char *fname, PyObject *const *args,
                         Py_ssize_t nargs, PyObject *kwnames, int64_t *when) {
   PyObject *arg = pw__one_arg(fname, "when", args, nargs, kwnames);
   if (!arg || !manual_core(self) || pw__target_to_ns(arg, "when", false, when) < 0)
     return -1;
-  return check_target(self->core, *when);
+  return claim_target(self->core, *when);
 }
 
-/* collect_exact, and how many timers it set aside (collect_due's result). */
+/* collect_exact, and how many timers it set aside (collect_due's result);
+ * lets go of the claim. */
 static PyObject *collect_and_count(core *c, int64_t target_ns) {
   collect_exact(c, target_ns);
+  core_lock(c);
   pw_driver_lock(&c->drv);
   size_t n = c->drv.batch_n - c->drv.batch_pos;
   pw_driver_unlock(&c->drv);
+  core_unlock(c);
+  unclaim(c);
   return PyLong_FromSize_t(n);
 }
 
@@ -343,9 +417,13 @@ static PyObject *manual_collect_for_loop(WheelObject *self, PyObject *const *arg
   }
   core *c = manual_core(self);
   int64_t target, at;
-  if (!c || check_not_advancing(c) < 0 || pw__target_to_ns(args[0], "when", false, &target) < 0)
+  if (!c || claim(c) < 0)
     return NULL;
-  if (pw__float_target_to_ns(pw__s_of_ns(c->manual_ns), false, &at) == 0 && at > target)
+  if (pw__target_to_ns(args[0], "when", false, &target) < 0) {
+    unclaim(c);
+    return NULL;
+  }
+  if (pw__float_target_to_ns(pw__s_of_ns(manual_now(c)), false, &at) == 0 && at > target)
     target = at;
   if (PyFloat_Check(args[1])) {
     double now = PyFloat_AS_DOUBLE(args[1]);
@@ -357,14 +435,17 @@ static PyObject *manual_collect_for_loop(WheelObject *self, PyObject *const *arg
 }
 
 static PyObject *manual_stock_handles(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
+  core_lock(self->core);
   self->core->stock = true;
+  core_unlock(self->core);
   Py_RETURN_NONE;
 }
 
 static PyObject *manual_run_collected(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
-  if (!manual_core(self) || check_not_advancing(self->core) < 0)
+  if (!manual_core(self) || claim(self->core) < 0)
     return NULL;
   Py_ssize_t r = run_batch_here(self);
+  unclaim(self->core);
   return r < 0 ? NULL : PyLong_FromSsize_t(r);
 }
 
@@ -380,6 +461,7 @@ static PyObject *manual_run_due(WheelObject *self, PyObject *const *args, Py_ssi
     return NULL;
   collect_exact(self->core, when);
   Py_ssize_t r = run_batch_here(self);
+  unclaim(self->core);
   return r < 0 ? NULL : PyLong_FromSsize_t(r);
 }
 
@@ -397,15 +479,23 @@ static PyObject *manual_run_soon(WheelObject *self, PyObject *arg) {
     return NULL;
   }
   HandleObject *h = (HandleObject *)arg;
-  if (h->state != H_PENDING || h->core != c || c->closed)
+  if (h->core != c) /* (a handle's core never changes) */
     return PyLong_FromLong(0);
-  if (check_not_advancing(c) < 0)
+  core_lock(c);
+  bool pending = h->state == H_PENDING && !c->closed;
+  core_unlock(c);
+  if (!pending)
+    return PyLong_FromLong(0);
+  if (claim(c) < 0)
     return NULL;
   put_back_leftovers(c);
   pw_driver *d = &c->drv;
+  core_lock(c);
   pw_driver_lock(d);
-  if (!handle_is_soon_locked(h)) {
+  if (h->state != H_PENDING || !handle_is_soon_locked(h)) {
     pw_driver_unlock(d);
+    core_unlock(c);
+    unclaim(c);
     return PyLong_FromLong(0);
   }
   if (d->batch_pos == d->batch_n)
@@ -414,13 +504,17 @@ static PyObject *manual_run_soon(WheelObject *self, PyObject *arg) {
   if (!pw_driver_batch_append_locked(d, &h->node)) {
     pw_driver_add_locked(d, &h->node, PW_TICK_MAX); /* back where it was */
     pw_driver_unlock(d);
+    core_unlock(c);
+    unclaim(c);
     return PyErr_NoMemory();
   }
   d->batches++;
   if (d->max_batch < 1)
     d->max_batch = 1;
   pw_driver_unlock(d); /* the wheel's reference is the batch's now */
+  core_unlock(c);
   Py_ssize_t r = run_batch_here(self);
+  unclaim(c);
   return r < 0 ? NULL : PyLong_FromSsize_t(r);
 }
 

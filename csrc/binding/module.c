@@ -67,6 +67,10 @@ static void module_free(void *m) { module_clear(m); }
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
+#ifdef PW_FREE_THREADED
+    /* True by module.h's rule: the core's lock where the GIL would be. */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL},
 };
 

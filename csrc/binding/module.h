@@ -42,22 +42,51 @@
  * column per kind of reference and page, which costs a full collection a
  * sequential scan of 8 bytes a pending timer, not a cache miss per timer.
  *
- * Free-threaded CPython.  The module does not declare Py_mod_gil, so a
- * free-threaded build turns the GIL back on when it is imported.  Before
- * declaring Py_MOD_GIL_NOT_USED, everything the GIL now serialises must
- * become atomic or locked (then be tested on 3.13t under TSan): the core's
- * counters and lateness histogram (update under drv.mu, stats() snapshots
- * under it); a handle's state (a compare-and-swap decides who cancels, moves
- * or runs it, and only the winner touches callback/args/context; close_core
- * must mark before it reuses link.next for its chain); when_ns, interval_ns,
- * overdue (atomic 64-bit); h->core (a reference taken under the lock);
- * core.running, closed and closed_why; core.owner (try-incref under a lock);
- * WheelObject.handler (a critical section); a ManualWheel's advancing (a
- * compare-and-swap), manual_ns, part_tick/part_min (readers under mu);
- * drv.batch_pos and batch_live, which run_batch keeps without mu; empty_ctx (follows
- * from an exclusive runner); modstate.exited and the fail_alloc test hook.
+ * Free-threaded CPython (3.14t, PW_FREE_THREADED below).  The module
+ * declares Py_MOD_GIL_NOT_USED there, and this is what makes it true.  What
+ * the GIL serialises on a regular build, the core's own lock serialises on a
+ * free-threaded one: `lock`, a PyMutex per core, held for every stretch of
+ * binding code that reads or writes the core's Python-side state or the
+ * state of one of its handles, and released before anything that can run
+ * Python code (a callback, a handler, a Py_DECREF that can free an object,
+ * a conversion calling __float__).  Those stretches are exactly the code
+ * the GIL build already runs without a switch, because the binding was
+ * written to re-check after every point where Python code runs (a __del__
+ * can close the wheel there): the same re-checks make it right with the
+ * lock released there.  Under it: a handle's state, when_ns, overdue and
+ * side words (callback, args, context, and their page's counts); the
+ * counters and the lateness histogram (stats() snapshots under it);
+ * core.running, closed/closed_why (also stored with release and read with
+ * acquire, so that a quick check needs no lock), owner, advancing, part
+ * cache, batch_pos/batch_live and the batch array as far as the runner keeps
+ * them; the slab set (alloc, free, release).  A handle holds a reference to
+ * its core there (c->refs), so h->core is valid for the handle's whole life
+ * and its lock can be taken even once it ran; dealloc takes it to release
+ * the words and free the slot, from whichever thread drops the handle.
+ * core.owner is taken with PyUnstable_TryIncRef under the lock (the Wheel
+ * may be in its dealloc, which clears owner under the same lock);
+ * WheelObject.handler is read and swapped in a critical section; a
+ * ManualWheel's advancing is claimed under the lock (claim_advancing), and
+ * every operation that moves its clock or its batch claims it, so that a
+ * second thread is refused as a callback of its own would be; manual_ns is
+ * stored and read with relaxed atomics; modstate.exited and the fail_alloc
+ * hook are atomics; empty_ctx belongs to the runner, which is exclusive.
  * Already safe: the registry and refs, the fork flags, the thread-locals,
- * tstate and waiting_for.
+ * tstate and waiting_for.  Lock order: attached thread state, then `lock`,
+ * then drv.mu; `lock` is a PyMutex, which detaches while it blocks, so a
+ * thread waiting for it never holds up a stop-the-world (the collector,
+ * fork); drv.mu is held only for short sections that run no Python.  The
+ * wheel's thread attaches once per batch (PyEval_RestoreThread, which is
+ * "take the GIL" on a regular build) and its callbacks then run in parallel
+ * with every other thread.  On a regular build `lock` does not exist and
+ * the lock calls compile to nothing: the GIL's hot paths are unchanged.
+ * A handle there is 16 bytes larger (the object header: ob_tid, ob_flags,
+ * ob_mutex, ob_gc_bits, ob_ref_local, ob_ref_shared): 120 bytes with its
+ * side words, not 104.  It is initialised by PyObject_Init (the public path,
+ * which sets the owning thread and both counts) and freed by its dealloc on
+ * any thread; biased reference counting may run that dealloc later, on the
+ * thread that made the handle, which changes nothing here.  3.13t keeps
+ * the GIL (no Py_mod_gil there): PyUnstable_TryIncRef is 3.14's.
  */
 #ifndef PW_BINDING_MODULE_H
 #define PW_BINDING_MODULE_H
@@ -77,6 +106,17 @@
 #define pw_is_finalizing() Py_IsFinalizing()
 #else
 #define pw_is_finalizing() _Py_IsFinalizing()
+#endif
+
+/* A build without the GIL that this binding runs on without one (see the
+ * header comment): 3.14t and later. */
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030E0000
+#define PW_FREE_THREADED 1
+#endif
+
+#if PY_VERSION_HEX < 0x030D0000 /* 3.13 brought them, as no-ops with the GIL */
+#define Py_BEGIN_CRITICAL_SECTION(op) {
+#define Py_END_CRITICAL_SECTION() }
 #endif
 
 #define NEVER_NS INT64_MAX   /* deadline of a timer that never runs (delay inf) */
@@ -120,8 +160,13 @@ typedef struct {
 /* A handle's references, as side words of its slab slot. */
 enum { REF_CALLBACK, REF_ARGS, REF_CONTEXT, NREFS };
 
+#ifndef Py_GIL_DISABLED /* free-threaded: 16 bytes more of object header (above) */
 _Static_assert(sizeof(void *) != 8 || sizeof(HandleObject) + NREFS * sizeof(void *) == 104,
                "a handle's size is part of the memory figures in the README");
+#else
+_Static_assert(sizeof(void *) != 8 || sizeof(HandleObject) + NREFS * sizeof(void *) == 120,
+               "a handle's size is part of the memory figures in the README");
+#endif
 
 typedef struct WheelObject {
   PyObject_HEAD core *core;
@@ -131,6 +176,9 @@ typedef struct WheelObject {
 
 struct core {
   pw_driver drv;
+#ifdef PW_FREE_THREADED
+  PyMutex lock; /* what the GIL serialises elsewhere (header comment) */
+#endif
   atomic_int refs; /* the Wheel object, the thread, and short-lived waiters */
   PyInterpreterState *interp;
   PyThreadState *tstate; /* the wheel thread's, for its whole life */
@@ -146,6 +194,7 @@ struct core {
   int thread_state_made;    /* 0 while the thread starts, then 1, or -1 if it could not */
   struct core *waiting_for; /* the core whose thread this one's waits for (wait_mu) */
   unsigned long advancing;  /* ManualWheel: ident of the thread inside advance(), or 0 */
+#define PW_CLOSING ((unsigned long)-1) /* ... or close() dropping its set-aside batch */
   const char *closed_why;
   int64_t manual_ns; /* ManualWheel's clock */
   /* ManualWheel, for exact deadlines: while part_tick != 0, part_min is the
@@ -169,8 +218,54 @@ typedef struct {
   PyTypeObject *wheel_type;
   PyTypeObject *manual_type;
   PyTypeObject *loop_timers_type;
-  bool exited; /* the atexit hook ran: no new wheel threads, no more waiting */
+  atomic_bool exited; /* the atexit hook ran: no new wheel threads, no more waiting */
 } modstate;
+
+/* The core's lock (header comment): nothing on a build with the GIL. */
+static inline void core_lock(core *c) {
+#ifdef PW_FREE_THREADED
+  PyMutex_Lock(&c->lock);
+#else
+  (void)c;
+#endif
+}
+
+static inline void core_unlock(core *c) {
+#ifdef PW_FREE_THREADED
+  PyMutex_Unlock(&c->lock);
+#else
+  (void)c;
+#endif
+}
+
+/* closed: written under the lock, after closed_why, with release; read
+ * anywhere, with acquire (a plain load on x86 and arm64's ldar). */
+static inline bool core_closed(const core *c) {
+  return __atomic_load_n(&c->closed, __ATOMIC_ACQUIRE);
+}
+
+/* A ManualWheel's clock: written by the thread that claimed the wheel,
+ * read by any (time(), call_later). */
+static inline int64_t manual_now(const core *c) {
+  return __atomic_load_n(&c->manual_ns, __ATOMIC_RELAXED);
+}
+static inline void set_manual_now(core *c, int64_t ns) {
+  __atomic_store_n(&c->manual_ns, ns, __ATOMIC_RELAXED);
+}
+
+/* A new reference to the core's Wheel object, or NULL once it is gone or
+ * going (its refcount reached zero: its dealloc clears owner under the
+ * lock, which the caller holds). */
+static inline WheelObject *owner_ref_locked(core *c) {
+  WheelObject *w = c->owner;
+#ifdef PW_FREE_THREADED
+  if (w && !PyUnstable_TryIncRef((PyObject *)w))
+    w = NULL;
+#else
+  Py_XINCREF(w);
+#endif
+  return w;
+}
 
 static inline HandleObject *handle_of(pw_timer *t) {
   return (HandleObject *)((char *)t - offsetof(HandleObject, node));
@@ -339,7 +434,7 @@ static inline void link_locked(core *c, HandleObject *h) {
     c->part_min = h->when_ns; /* see exact_min_locked */
 }
 
-static inline int64_t core_now_ns(core *c) { return c->manual ? c->manual_ns : pw_clock_ns(); }
+static inline int64_t core_now_ns(core *c) { return c->manual ? manual_now(c) : pw_clock_ns(); }
 
 static inline int late_bucket(uint64_t ns) {
   if (ns < 16)
@@ -404,9 +499,13 @@ static inline void handle_take_refs(HandleObject *h, PyObject **cb, PyObject **a
   }
 }
 
-static inline void handle_release(HandleObject *h) {
+/* Takes h's references out under its core's lock (their page's counts are
+ * shared with its neighbours) and drops them after, outside it. */
+static inline void handle_release(core *c, HandleObject *h) {
   PyObject *cb, *args, *ctx;
+  core_lock(c);
   handle_take_refs(h, &cb, &args, &ctx);
+  core_unlock(c);
   Py_XDECREF(cb);
   Py_XDECREF(args);
   Py_XDECREF(ctx);

@@ -39,7 +39,7 @@ static PyObject *wheel_make(PyTypeObject *type, PyObject *args, PyObject *kw, bo
   modstate *st = state_of_type(type);
   if (!st)
     return NULL;
-  if (!manual && st->exited) {
+  if (!manual && atomic_load(&st->exited)) {
     /* A threaded wheel made now would have nobody to stop it before
      * finalization. */
     PyErr_SetString(PyExc_RuntimeError, "the interpreter is exiting: no new Wheel threads");
@@ -48,6 +48,9 @@ static PyObject *wheel_make(PyTypeObject *type, PyObject *args, PyObject *kw, bo
   WheelObject *self = (WheelObject *)type->tp_alloc(type, 0);
   if (!self)
     return NULL;
+#ifdef PW_FREE_THREADED
+  PyUnstable_EnableTryIncRef((PyObject *)self); /* for owner_ref_locked */
+#endif
   self->core = pw__core_new(tick_ns, manual, start_ns);
   if (!self->core) {
     Py_DECREF(self);
@@ -136,7 +139,7 @@ static int wheel_traverse(WheelObject *self, visitproc visit, void *arg) {
  */
 static void wheel_finalize(WheelObject *self) {
   core *c = self->core;
-  if (!c || c->closed)
+  if (!c || core_closed(c))
     return;
   PyObject *exc = pw__fetch_exc(); /* a finalizer keeps the current exception */
   pw__close_core(c, "collected as garbage", false);
@@ -155,8 +158,11 @@ static void wheel_dealloc(WheelObject *self) {
   PyTypeObject *tp = Py_TYPE(self);
   PyObject_GC_UnTrack(self);
   core *c = self->core;
-  if (c)
+  if (c) {
+    core_lock(c);
     c->owner = NULL; /* first: the thread must not find us from here on */
+    core_unlock(c);
+  }
   if (self->weakreflist)
     PyObject_ClearWeakRefs((PyObject *)self);
   wheel_clear(self);
@@ -233,10 +239,14 @@ static int parse_schedule(const char *name, PyObject *const *args, Py_ssize_t na
 }
 
 /* Test hook (pywheel._core._fail_alloc_after): the n-th next handle
- * allocation fails, so the tests can show a MemoryError changes nothing. */
-static long fail_alloc_countdown;
+ * allocation fails, so the tests can show a MemoryError changes nothing.
+ * (Relaxed atomics: a plain load on the hot path.) */
+static atomic_long fail_alloc_countdown;
 
-static bool alloc_fails(void) { return fail_alloc_countdown > 0 && --fail_alloc_countdown == 0; }
+static bool alloc_fails(void) {
+  return atomic_load_explicit(&fail_alloc_countdown, memory_order_relaxed) > 0 &&
+         atomic_fetch_sub(&fail_alloc_countdown, 1) == 1;
+}
 
 PyObject *pw__mod_batch_live(PyObject *m, PyObject *arg) {
   modstate *st = PyModule_GetState(m);
@@ -245,9 +255,11 @@ PyObject *pw__mod_batch_live(PyObject *m, PyObject *arg) {
     return NULL;
   }
   core *c = ((WheelObject *)arg)->core;
+  core_lock(c);
   pw_driver_lock(&c->drv);
   size_t kept = c->drv.batch_live, scanned = pw__batch_live_scan_locked(c);
   pw_driver_unlock(&c->drv);
+  core_unlock(c);
   return Py_BuildValue("(nn)", (Py_ssize_t)kept, (Py_ssize_t)scanned);
 }
 
@@ -255,7 +267,7 @@ PyObject *pw__mod_fail_alloc_after(PyObject *Py_UNUSED(m), PyObject *arg) {
   long n = PyLong_AsLong(arg);
   if (n == -1 && PyErr_Occurred())
     return NULL;
-  fail_alloc_countdown = n > 0 ? n : 0;
+  atomic_store(&fail_alloc_countdown, n > 0 ? n : 0);
   Py_RETURN_NONE;
 }
 
@@ -268,7 +280,7 @@ static PyObject *schedule_impl(WheelObject *self, int64_t when_ns, bool overdue,
                                int64_t interval_ns, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *context_o, bool soon) {
   core *c = self->core;
-  if (c->closed) /* checked last: converting the delay could have closed it */
+  if (core_closed(c)) /* checked last: converting the delay could have closed it */
     return pw__closed_error(c);
   PyObject *context, *tuple = NULL;
   if (capture_context(context_o, interval_ns != 0, &context) < 0)
@@ -279,16 +291,27 @@ static PyObject *schedule_impl(WheelObject *self, int64_t when_ns, bool overdue,
   }
   for (Py_ssize_t i = 2; i < nargs; i++)
     PyTuple_SET_ITEM(tuple, i - 2, Py_NewRef(args[i]));
-  HandleObject *h = alloc_fails() ? NULL : pw_slab_alloc(c->slabs);
-  if (h)
-    PyObject_Init((PyObject *)h, c->htype); /* takes a reference to the heap type */
-  else
-    PyErr_NoMemory();
-  if (!h) {
+  /* The allocations above can start a collection whose __del__ code closes
+   * the wheel: look again, then allocate the handle and link it with no
+   * Python code in between (the slot comes from the slabs, not Python). */
+  core_lock(c);
+  HandleObject *h = NULL;
+  if (!core_closed(c) && !(h = alloc_fails() ? NULL : pw_slab_alloc(c->slabs))) {
+    core_unlock(c);
     Py_XDECREF(tuple);
     Py_XDECREF(context);
-    return NULL;
+    return PyErr_NoMemory();
   }
+  if (!h) {
+    core_unlock(c);
+    Py_XDECREF(tuple);
+    Py_XDECREF(context);
+    return pw__closed_error(c);
+  }
+  PyObject_Init((PyObject *)h, c->htype); /* takes a reference to the heap type */
+#ifdef PW_FREE_THREADED
+  atomic_fetch_add(&c->refs, 1); /* the handle's: see handle_dealloc */
+#endif
   pw_timer_init(&h->node);
   handle_set_refs(h, Py_NewRef(args[1]), tuple, context);
   h->when_ns = when_ns;
@@ -297,13 +320,6 @@ static PyObject *schedule_impl(WheelObject *self, int64_t when_ns, bool overdue,
   h->state = H_PENDING;
   h->overdue = overdue; /* lateness measures the wheel, not a deadline past already */
   h->stock = c->stock && !interval_ns;
-  /* The allocations above can start a collection whose __del__ code closes
-   * the wheel: look again before linking. */
-  if (c->closed) {
-    h->state = H_CANCELLED;
-    Py_DECREF(h);
-    return pw__closed_error(c);
-  }
   Py_INCREF(h); /* the wheel's */
   pw_driver_lock(&c->drv);
   if (soon) {
@@ -313,6 +329,7 @@ static PyObject *schedule_impl(WheelObject *self, int64_t when_ns, bool overdue,
     link_locked(c, h);
   pw_driver_unlock(&c->drv);
   c->scheduled++;
+  core_unlock(c);
   return (PyObject *)h;
 }
 
@@ -411,9 +428,11 @@ static PyObject *wheel_time_ns(WheelObject *self, PyObject *Py_UNUSED(ignored)) 
 
 static Py_ssize_t wheel_len(WheelObject *self) {
   core *c = self->core;
+  core_lock(c); /* batch_live: the runner keeps it under this one */
   pw_driver_lock(&c->drv);
   size_t n = pending_locked(c);
   pw_driver_unlock(&c->drv);
+  core_unlock(c);
   return (Py_ssize_t)n;
 }
 
@@ -445,7 +464,7 @@ static PyObject *wheel_close(WheelObject *self, PyObject *args, PyObject *kw) {
 }
 
 static PyObject *wheel_get_closed(WheelObject *self, void *Py_UNUSED(closure)) {
-  return PyBool_FromLong(self->core->closed);
+  return PyBool_FromLong(core_closed(self->core));
 }
 
 static PyObject *wheel_enter(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -470,12 +489,21 @@ static PyObject *wheel_set_handler(WheelObject *self, PyObject *const *args, Py_
                  Py_TYPE(handler)->tp_name);
     return NULL;
   }
-  Py_XSETREF(self->handler, handler == Py_None ? NULL : Py_NewRef(handler));
+  PyObject *old;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  old = self->handler;
+  self->handler = handler == Py_None ? NULL : Py_NewRef(handler);
+  Py_END_CRITICAL_SECTION();
+  Py_XDECREF(old);
   Py_RETURN_NONE;
 }
 
 static PyObject *wheel_get_handler(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
-  return Py_NewRef(self->handler ? self->handler : Py_None);
+  PyObject *h;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  h = Py_NewRef(self->handler ? self->handler : Py_None);
+  Py_END_CRITICAL_SECTION();
+  return h;
 }
 
 static PyObject *wheel_call_exception_handler(WheelObject *self, PyObject *const *args,
@@ -506,18 +534,23 @@ static PyObject *wheel_default_exception_handler(WheelObject *Py_UNUSED(self),
 
 static PyObject *wheel_stats(WheelObject *self, PyObject *Py_UNUSED(ignored)) {
   core *c = self->core;
+  /* One moment: every counter read under the lock that every update holds. */
+  core_lock(c);
   pw_driver_lock(&c->drv);
   unsigned long long pending = pending_locked(c), wakeups = c->drv.wakeups,
                      batches = c->drv.batches, max_batch = c->drv.max_batch;
   pw_driver_unlock(&c->drv);
-  return Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:d}", "scheduled",
-      (unsigned long long)c->scheduled, "fired", (unsigned long long)c->fired, "cancelled",
-      (unsigned long long)c->cancelled, "pending", pending, "errors", (unsigned long long)c->errors,
-      "batches", batches, "wakeups", wakeups, "max_batch", max_batch, "skipped_runs",
-      (unsigned long long)c->skipped, "rescheduled", (unsigned long long)c->rescheduled, "late_p50",
-      pw__late_quantile(c, 0.50), "late_p99", pw__late_quantile(c, 0.99), "late_max",
-      (double)c->late_max_ns / 1e9, "tick", (double)c->drv.tick_ns / 1e9);
+  unsigned long long scheduled = c->scheduled, fired = c->fired, cancelled = c->cancelled,
+                     errors = c->errors, skipped = c->skipped, rescheduled = c->rescheduled;
+  double p50 = pw__late_quantile(c, 0.50), p99 = pw__late_quantile(c, 0.99),
+         late_max = (double)c->late_max_ns / 1e9;
+  core_unlock(c);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:d,s:d}", "scheduled",
+                       scheduled, "fired", fired, "cancelled", cancelled, "pending", pending,
+                       "errors", errors, "batches", batches, "wakeups", wakeups, "max_batch",
+                       max_batch, "skipped_runs", skipped, "rescheduled", rescheduled, "late_p50",
+                       p50, "late_p99", p99, "late_max", late_max, "tick",
+                       (double)c->drv.tick_ns / 1e9);
 }
 
 static PyObject *wheel_repr(WheelObject *self) {
@@ -526,7 +559,7 @@ static PyObject *wheel_repr(WheelObject *self) {
   if (!tick)
     return NULL;
   PyObject *r = PyUnicode_FromFormat("<%s tick=%R pending=%zd%s>", Py_TYPE(self)->tp_name, tick,
-                                     wheel_len(self), c->closed ? " closed" : "");
+                                     wheel_len(self), core_closed(c) ? " closed" : "");
   Py_DECREF(tick);
   return r;
 }

@@ -14,12 +14,22 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the pywheel tree
 CACHE = Path(os.environ.get("PYWHEEL_REAL_BUGS_CACHE", Path.home() / ".cache/pywheel-real-bugs"))
 HYPOTHESIS = "hypothesis>=6.80"
 _THIS = f"{sys.version_info.major}.{sys.version_info.minor}"
+# A free-threaded interpreter (3.14t) keeps venvs of its own: its packages
+# are built for another ABI.  The releases of the corpus predate it, and
+# their C accelerators do not build there; each has a pure-Python fallback,
+# chosen with these switches (aiohttp and the packages it needs).
+_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+_PURE = {
+    f"{name}_NO_EXTENSIONS": "1"
+    for name in ("AIOHTTP", "MULTIDICT", "YARL", "FROZENLIST", "PROPCACHE")
+}
 
 
 class Unavailable(Exception):
@@ -74,8 +84,8 @@ def _check(exe: str, version: str) -> str:
     return exe
 
 
-def _run(cmd: list[str], what: str) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
     if r.returncode:
         tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
         raise Unavailable(f"{what} failed: " + " | ".join(tail))
@@ -85,7 +95,7 @@ def _where(requirement: str | None, python: str | None) -> tuple[Path, bool]:
     """(the venv's folder, whether it runs on this interpreter)."""
     ver = python or _THIS
     own = ver == _THIS
-    name = f"py{ver}-" + (
+    name = f"py{ver}{'t' if own and _FREE_THREADED else ''}-" + (
         requirement.replace("==", "-").replace(" ", "+") if requirement else "stdlib"
     )
     if not own:
@@ -120,6 +130,7 @@ def ensure(requirement: str | None, python: str | None = None) -> Path:
         _run(
             pip + [HYPOTHESIS] + (requirement.split() if requirement else []),
             f"pip install {requirement}",
+            env={**os.environ, **_PURE} if own and _FREE_THREADED else None,
         )
         if not own:
             _run(pip + [str(ROOT)], f"pip install pywheel (this tree) on python{ver}")

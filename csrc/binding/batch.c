@@ -43,7 +43,7 @@ static void sort_exact(pw_timer **b, size_t n) {
     bool sorted = true;
     while (j < n && b[j]->deadline == b[i]->deadline) {
       if (j + PREFETCH_AHEAD < n)
-        __builtin_prefetch(b[j + PREFETCH_AHEAD]);
+        PW_PREFETCH(b[j + PREFETCH_AHEAD]);
       if (sorted && cmp_exact(&b[j - 1], &b[j]) > 0)
         sorted = false;
       j++;
@@ -211,8 +211,8 @@ Py_ssize_t pw__run_batch(core *c) {
     }
     if (d->batch_pos + PREFETCH_AHEAD < d->batch_n) {
       HandleObject *ahead = handle_of(d->batch[d->batch_pos + PREFETCH_AHEAD]);
-      __builtin_prefetch(ahead);
-      __builtin_prefetch(handle_word(ahead, REF_CALLBACK));
+      PW_PREFETCH(ahead);
+      PW_PREFETCH(handle_word(ahead, REF_CALLBACK));
     }
     HandleObject *h = handle_of(d->batch[d->batch_pos++]);
     if (!batch_owns(&h->node)) { /* cancelled, or moved */
@@ -277,7 +277,7 @@ Py_ssize_t pw__run_batch(core *c) {
 /* the wheel thread's hooks (see driver.h)                             */
 
 /* The core whose thread this is, on every wheel thread; NULL elsewhere. */
-_Thread_local core *pw__thread_core;
+PW_THREAD_LOCAL core *pw__thread_core;
 
 #if PY_VERSION_HEX < 0x030C0000
 /* 3.11's PyThreadState_New does not check its allocation: when memory runs

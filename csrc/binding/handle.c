@@ -356,7 +356,7 @@ static PyObject *handle_richcompare(PyObject *a, PyObject *b, int op) {
   case Py_GE:
     if (op == Py_LE ? xw < yw : xw > yw)
       Py_RETURN_TRUE;
-    __attribute__((fallthrough)); /* or equal */
+    PW_FALLTHROUGH; /* or equal */
   case Py_EQ:
     r = handle_equal(x, y);
     return r < 0 ? NULL : PyBool_FromLong(r);

@@ -332,7 +332,7 @@ extern PyType_Spec pw__loop_timers_spec;
 int pw__cmp_handles(const void *a, const void *b);
 void pw__batch_put_back(core *c);
 Py_ssize_t pw__run_batch(core *c);
-extern _Thread_local core *pw__thread_core;
+extern PW_THREAD_LOCAL core *pw__thread_core;
 void pw__hook_start(pw_driver *d, void *arg);
 void pw__hook_run(pw_driver *d, void *arg);
 void pw__hook_stop(pw_driver *Py_UNUSED(d), void *arg);
@@ -393,7 +393,7 @@ static inline pw_tick_t deadline_tick(core *c, int64_t ns) {
 static inline uint32_t sub_coarse(uint64_t u) {
   if (u < SUB_EXACT)
     return (uint32_t)u;
-  int e = 63 - __builtin_clzll(u); /* 31..63 */
+  int e = 63 - pw_clzll(u); /* 31..63 */
   return (uint32_t)(SUB_EXACT + ((uint64_t)(e - 31) << 25) + ((u >> (e - 25)) & ((1u << 25) - 1)));
 }
 
@@ -439,7 +439,7 @@ static inline int64_t core_now_ns(core *c) { return c->manual ? manual_now(c) : 
 static inline int late_bucket(uint64_t ns) {
   if (ns < 16)
     return (int)ns;
-  int e = 63 - __builtin_clzll(ns);
+  int e = 63 - pw_clzll(ns);
   int b = (e - 3) * 8 + (int)((ns >> (e - 3)) & 7) + 8;
   return b < LATE_BUCKETS ? b : LATE_BUCKETS - 1;
 }

@@ -226,6 +226,13 @@ core *pw__core_new(int64_t tick_ns, bool manual, int64_t start_ns) {
     PyMem_RawFree(c);
     return (core *)PyErr_NoMemory();
   }
+#ifdef PW_FREE_THREADED
+  /* A lock-free list or dict read on another thread may touch a handle's
+   * header just after its last reference went (CPython's own objects are
+   * freed only once such readers are past): its page stays a page of
+   * handles while the wheel lives (slab.h, keep_empty). */
+  c->slabs->keep_empty = true;
+#endif
   pw_driver_hooks hooks = {pw__hook_start, pw__hook_run, pw__hook_stop, pw__hook_exit, c};
   int r = pw_driver_init(&c->drv, tick_ns, manual ? start_ns : pw_clock_ns(), &hooks);
   if (r) {

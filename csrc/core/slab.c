@@ -131,6 +131,7 @@ pw_slab_set *pw_slab_set_new(size_t slot_size, unsigned side_words,
   s->pages = s->partial = NULL;
   s->refs = 1;
   s->npages = 0;
+  s->keep_empty = false;
   s->on_page = on_page;
   return s;
 }
@@ -193,8 +194,9 @@ void pw_slab_free(void *slot) {
   pg->live--;
   if (!pg->in_partial)
     partial_push(s, pg);
-  /* an empty page goes back, unless it is the one with room left */
-  if (pg->live == 0 && (pg->pnext || pg->pprev))
+  /* an empty page goes back, unless it is the one with room left or the
+   * set keeps its pages */
+  if (pg->live == 0 && !s->keep_empty && (pg->pnext || pg->pprev))
     page_free(s, pg);
   if (--s->refs == 0)
     set_free(s);

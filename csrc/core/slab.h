@@ -49,6 +49,13 @@ typedef struct pw_slab_set {
   pw_slab_page *partial; /* pages with a free slot */
   size_t refs;           /* live slots, plus one while the owner holds the set */
   size_t npages;
+  /* Empty pages are kept for reuse until the set is freed, instead of going
+   * back at once (false from pw_slab_set_new; the owner may set it before
+   * the first alloc).  pywheel sets it on free-threaded CPython, whose
+   * lock-free readers of lists and dicts may still touch an object's header
+   * just after its last reference went: its memory must stay an object's
+   * slot, not go back to libc, while the wheel lives. */
+  bool keep_empty;
   /* told of every page made (added) and freed, e.g. to tell a memory tracer */
   void (*on_page)(void *page, size_t bytes, bool added);
 } pw_slab_set;

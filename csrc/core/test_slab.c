@@ -205,6 +205,20 @@ int main(int argc, char **argv) {
     live[i] = live[--nlive];
   }
   CHECK(pages_now == 0, "%ld pages left after the last free", pages_now);
+  /* keep_empty: pages stay while the set is held, and go with it */
+  s = pw_slab_set_new(SLOT, SIDE, on_page);
+  s->keep_empty = true;
+  for (size_t k = 0; k < 3 * s->per_page; k++)
+    live[nlive++] = pw_slab_alloc(s);
+  long kept = pages_now;
+  while (nlive)
+    pw_slab_free(live[--nlive]);
+  CHECK(kept >= 3 && pages_now == kept, "keep_empty: %ld pages of %ld kept", pages_now, kept);
+  void *again = pw_slab_alloc(s);
+  CHECK(pages_now == kept, "keep_empty: a page made with %ld empty ones kept", kept);
+  pw_slab_free(again);
+  pw_slab_release(s);
+  CHECK(pages_now == 0, "keep_empty: %ld pages left after the release", pages_now);
   /* released empty: freed at once */
   s = pw_slab_set_new(SLOT, SIDE, on_page);
   void *p = pw_slab_alloc(s);

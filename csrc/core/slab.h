@@ -20,7 +20,8 @@
  * A set of pages belongs to one owner (a wheel) but may outlive it: slots
  * still allocated keep it, and the last of the owner's release and the slot
  * frees frees it.  The caller serialises every call on a set (pywheel makes
- * them all with the GIL held, the owner's release included).
+ * them all with the GIL held, or on free-threaded CPython under the wheel's
+ * lock, the owner's release included).
  */
 #ifndef PW_SLAB_H
 #define PW_SLAB_H

@@ -111,12 +111,19 @@ static void rearm_locked(core *c, HandleObject *h) {
   int64_t now = core_now_ns(c), when = h->when_ns, next;
   if (when <= PAST_NS + 1)
     when = now; /* first=-inf: no anchor worth keeping; count no skipped runs */
-  __int128 k = 1;
-  if (now >= when)
-    k = ((__int128)now - when) / h->interval_ns + 1;
-  __int128 n = (__int128)when + k * h->interval_ns;
-  next = n >= NEVER_NS ? NEVER_NS : (int64_t)n;
-  c->skipped += (uint64_t)(k - 1);
+  /* next = when + k * interval for the least k >= 1 that passes now, in
+   * 64-bit unsigned arithmetic (no 128-bit integers in MSVC): past now,
+   * k - 1 = (now - when) / interval runs were missed and next is now plus
+   * what is left of the current interval; NEVER_NS where it overflows. */
+  uint64_t iv = (uint64_t)h->interval_ns, missed = 0, base = (uint64_t)when, step = iv;
+  if (now >= when) {
+    uint64_t since = (uint64_t)now - (uint64_t)when;
+    missed = since / iv;
+    base = (uint64_t)now;
+    step = iv - since % iv; /* 1..iv */
+  }
+  next = step >= (uint64_t)NEVER_NS - base ? NEVER_NS : (int64_t)(base + step);
+  c->skipped += missed;
   h->when_ns = next;
   h->overdue = false;
   pw_driver_lock(&c->drv);

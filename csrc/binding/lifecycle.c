@@ -107,7 +107,7 @@ PyObject *pw__close_core(core *c, const char *why, bool want_list) {
     return want_list ? PyList_New(0) : NULL;
   }
   c->closed_why = why;
-  __atomic_store_n(&c->closed, true, __ATOMIC_RELEASE); /* see core_closed */
+  pw_store_release_bool(&c->closed, true); /* see core_closed */
   pw_driver *d = &c->drv;
   pw_timer *chain = NULL;
   size_t n = 0;

@@ -29,9 +29,13 @@
  * repeating timer is re-armed.  Handles do not own their wheel or core: a
  * handle can reach its core only while it is pending, and every pending
  * handle is cancelled when the wheel closes, which it does at the latest in
- * its dealloc.  So dropping the wheel stops the thread.
+ * its dealloc.  So dropping the wheel stops the thread.  (On free-threaded
+ * builds a handle holds a counted reference to its core's memory, so that
+ * its dealloc can take the core's lock; it still does not keep the wheel
+ * open or its thread alive: see "Free-threaded CPython" below.)
  *
- * Lock order: GIL, then core mutex, never the other way.  The thread never
+ * Lock order: GIL (an attached thread state, on free-threaded builds; then
+ * the core's lock there), then core mutex, never the other way.  The thread never
  * holds the mutex while taking the GIL; Python code never runs under it.
  *
  * Garbage collector: handles are not GC objects, so a million pending
@@ -240,18 +244,12 @@ static inline void core_unlock(core *c) {
 
 /* closed: written under the lock, after closed_why, with release; read
  * anywhere, with acquire (a plain load on x86 and arm64's ldar). */
-static inline bool core_closed(const core *c) {
-  return __atomic_load_n(&c->closed, __ATOMIC_ACQUIRE);
-}
+static inline bool core_closed(const core *c) { return pw_load_acquire_bool(&c->closed); }
 
 /* A ManualWheel's clock: written by the thread that claimed the wheel,
  * read by any (time(), call_later). */
-static inline int64_t manual_now(const core *c) {
-  return __atomic_load_n(&c->manual_ns, __ATOMIC_RELAXED);
-}
-static inline void set_manual_now(core *c, int64_t ns) {
-  __atomic_store_n(&c->manual_ns, ns, __ATOMIC_RELAXED);
-}
+static inline int64_t manual_now(const core *c) { return pw_load_relaxed_i64(&c->manual_ns); }
+static inline void set_manual_now(core *c, int64_t ns) { pw_store_relaxed_i64(&c->manual_ns, ns); }
 
 /* A new reference to the core's Wheel object, or NULL once it is gone or
  * going (its refcount reached zero: its dealloc clears owner under the

@@ -47,12 +47,51 @@ static inline int pw_ctzll(uint64_t x) { /* x != 0 */
 #endif
 #define PW_THREAD_LOCAL __declspec(thread)
 #define PW_FALLTHROUGH ((void)0)
+/* Atomic loads and stores of plain fields (the binding's closed flag and
+ * ManualWheel clock): an aligned volatile access is single-copy atomic;
+ * x86-64 orders it as acquire/release once the compiler may not move it,
+ * arm64 needs its load-acquire and store-release instructions. */
+static inline bool pw_load_acquire_bool(const bool *p) {
+#if defined(_M_ARM64)
+  return __ldar8((unsigned __int8 volatile *)p) != 0;
+#else
+  bool v = *(const volatile bool *)p;
+  _ReadWriteBarrier();
+  return v;
+#endif
+}
+static inline void pw_store_release_bool(bool *p, bool v) {
+#if defined(_M_ARM64)
+  __stlr8((unsigned __int8 volatile *)p, (unsigned __int8)v);
+#else
+  _ReadWriteBarrier();
+  *(volatile bool *)p = v;
+#endif
+}
+static inline int64_t pw_load_relaxed_i64(const int64_t *p) {
+  return __iso_volatile_load64((const volatile __int64 *)p);
+}
+static inline void pw_store_relaxed_i64(int64_t *p, int64_t v) {
+  __iso_volatile_store64((volatile __int64 *)p, v);
+}
 #else
 static inline int pw_clzll(uint64_t x) { return __builtin_clzll(x); } /* x != 0 */
 static inline int pw_ctzll(uint64_t x) { return __builtin_ctzll(x); } /* x != 0 */
 #define PW_PREFETCH(p) __builtin_prefetch(p)
 #define PW_THREAD_LOCAL _Thread_local
 #define PW_FALLTHROUGH __attribute__((fallthrough)) /* a switch case falls through */
+static inline bool pw_load_acquire_bool(const bool *p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+static inline void pw_store_release_bool(bool *p, bool v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+static inline int64_t pw_load_relaxed_i64(const int64_t *p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+static inline void pw_store_relaxed_i64(int64_t *p, int64_t v) {
+  __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
 #endif
 
 /* ------------------------------------------------------------------ */

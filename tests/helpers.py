@@ -68,6 +68,7 @@ def run_script(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
 #: Set to simulate a system without /proc (tests only; pywheel.testing has
 #: its own switch, PYWHEEL_TESTING_NO_PROC).
 NO_PROC_ENV = "PYWHEEL_TESTS_NO_PROC"
+_ACTS_WITHOUT_PROC = os.environ.get(NO_PROC_ENV, "") not in ("", "0")
 
 THREAD_COUNT_CODE = """
 def _thread_counter():
@@ -141,7 +142,7 @@ NO_THREAD_COUNT = (
     if _counting["_THREAD_COUNTER"] is not None
     else f"counts native threads: no source on {sys.platform} "
     f"(/proc/self/task on Linux, proc_pidinfo on macOS)"
-    + (f"; {NO_PROC_ENV} is set" if os.environ.get(NO_PROC_ENV, "") not in ("", "0") else "")
+    + (f"; {NO_PROC_ENV} is set" if _ACTS_WITHOUT_PROC else "")
 )
 
 #: Marks a test that counts threads in a child (PRELUDE's thread_count).
@@ -149,7 +150,7 @@ needs_thread_count = pytest.mark.skipif(NO_THREAD_COUNT is not None, reason=NO_T
 
 #: Whether /proc/self/task/<tid>/status can be read for a thread's own
 #: figures (Linux), unless PYWHEEL_TESTS_NO_PROC says to act as without.
-PROC_TASKS = os.environ.get(NO_PROC_ENV, "") in ("", "0") and os.path.isdir("/proc/self/task")
+PROC_TASKS = not _ACTS_WITHOUT_PROC and os.path.isdir("/proc/self/task")
 
 
 def thread_count() -> int:

@@ -81,6 +81,7 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         # None, cancelled() turns True on any cancel(), == and hash as asyncio.
         self._wheel._stock_handles()
         self._c_timers = _c_timers(self)
+        self._c_soon = _c_soon(self)
         try:
             super().__init__(selector)
         except BaseException:
@@ -108,17 +109,17 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
     # see __init_subclass__.
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if name in _TIMER_STATE:
+        if name in _FAST_STATE:
             self._sync_timers()
 
     def __delattr__(self, name: str) -> None:
         object.__delattr__(self, name)
-        if name in _TIMER_STATE:
+        if name in _FAST_STATE:
             self._sync_timers()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not _plain_class(cls):
+        if not _plain_class(cls) and not _plain_soon_class(cls):
             if "__setattr__" not in cls.__dict__:
                 cls.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
             if "__delattr__" not in cls.__dict__:
@@ -126,12 +127,24 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
 
     def _sync_timers(self) -> None:
         attrs = self.__dict__
-        fast = attrs.get("_c_timers")
-        if fast is None:
-            return
         ok = attrs.get("_closed") is False and attrs.get("_debug") is False
-        later_ok = ok and attrs.get("call_at") is fast[1] and "time" not in attrs
-        fast[1].__self__._set_plain(ok, later_ok)
+        fast = attrs.get("_c_timers")
+        if fast is not None:
+            later_ok = ok and attrs.get("call_at") is fast[1] and "time" not in attrs
+            fast[1].__self__._set_plain(ok, later_ok)
+        soon = attrs.get("_c_soon")
+        if soon is not None:
+            # The C call_soon does what BaseEventLoop's call_soon, _check_closed,
+            # _call_soon and get_debug do: none of them replaced on the
+            # instance, and the queue a deque as BaseEventLoop makes it.
+            ready = attrs.get("_ready")
+            soon_ok = (
+                ok
+                and attrs.get("call_soon") is soon
+                and type(ready) is collections.deque
+                and _SOON_METHODS.isdisjoint(attrs)
+            )
+            soon.__self__._set_plain(soon_ok, ready)
 
     def _bind_timers(self) -> None:
         """Outside debug mode, call_later and call_at are the C ones
@@ -140,11 +153,15 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         debug mode, the Python methods below, which keep asyncio's debug
         checks (thread, coroutine functions) and its source tracebacks.  A
         method replaced on the instance by someone else is left alone."""
-        fast = getattr(self, "_c_timers", None)  # None until __init__ made them
-        if fast is None:
+        if "_c_soon" not in self.__dict__:  # until __init__ made them
             return
+        fast = self.__dict__.get("_c_timers")
         attrs = self.__dict__
-        for name, method in zip(("call_later", "call_at"), fast, strict=True):
+        methods = list(zip(("call_later", "call_at"), fast or (), strict=False))
+        soon = attrs.get("_c_soon")
+        if soon is not None:
+            methods.append(("call_soon", soon))
+        for name, method in methods:
             current = attrs.get(name)
             if self._debug:
                 if current is method:
@@ -263,8 +280,12 @@ class WheelEventLoop(asyncio.SelectorEventLoop):
         self._wheel.close()
 
 
+# The methods the C call_soon does the work of, as BaseEventLoop defines them.
+_SOON_METHODS = frozenset({"_call_soon", "_check_closed", "get_debug"})
 # The attributes the C methods' flags depend on (WheelEventLoop._sync_timers).
-_TIMER_STATE = frozenset({"_closed", "_debug", "call_at", "call_later", "time"})
+_FAST_STATE = frozenset(
+    {"_closed", "_debug", "call_at", "call_later", "time", "call_soon", "_ready"} | _SOON_METHODS
+)
 
 
 def _plain_class(cls: type) -> bool:
@@ -285,6 +306,33 @@ def _c_timers(loop: WheelEventLoop) -> tuple | None:
         return None
     timers = _core._LoopTimers(loop._wheel, loop, WheelEventLoop.call_later, WheelEventLoop.call_at)
     return timers.call_later, timers.call_at
+
+
+def _plain_soon_class(cls: type) -> bool:
+    """Whether the class keeps BaseEventLoop's call_soon and what it calls
+    (_check_closed, _call_soon, get_debug, which Handle() calls): the C
+    call_soon does their work and would bypass a subclass's own."""
+    base = _base_events.BaseEventLoop
+    return cls.call_soon is base.call_soon and all(
+        getattr(cls, name) is getattr(base, name) for name in _SOON_METHODS
+    )
+
+
+def _c_soon(loop: WheelEventLoop):
+    """The C call_soon for this loop (``_core._LoopSoon``), or None for a class
+    that is not plain (see _plain_soon_class) or an asyncio whose Handle has
+    a layout the C code does not know (then it never will: checked once)."""
+    if not _soon_layout_ok[0] or not _plain_soon_class(type(loop)):
+        return None
+    try:
+        soon = _core._LoopSoon(loop, _base_events.BaseEventLoop.call_soon, _events.Handle)
+    except TypeError:
+        _soon_layout_ok[0] = False
+        return None
+    return soon.call_soon
+
+
+_soon_layout_ok = [True]
 
 
 def _warn_slow(handle, dt: float) -> None:

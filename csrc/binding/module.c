@@ -1,6 +1,6 @@
 /*
  * module.c -- pywheel._core, the module: its functions table, multi-phase
- * init (module_exec creates the four heap types from their specs), the
+ * init (module_exec creates the five heap types from their specs), the
  * module state's traverse/clear, and PyInit__core.
  *
  * Owns: pw__moddef and modstate's lifetime.  Must not touch: a core or a
@@ -42,6 +42,9 @@ static int module_exec(PyObject *m) {
   st->loop_timers_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &pw__loop_timers_spec, NULL);
   if (!st->loop_timers_type || PyModule_AddType(m, st->loop_timers_type) < 0)
     return -1;
+  st->loop_soon_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &pw__loop_soon_spec, NULL);
+  if (!st->loop_soon_type || PyModule_AddType(m, st->loop_soon_type) < 0)
+    return -1;
   return 0;
 }
 
@@ -51,6 +54,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg) {
   Py_VISIT(st->wheel_type);
   Py_VISIT(st->manual_type);
   Py_VISIT(st->loop_timers_type);
+  Py_VISIT(st->loop_soon_type);
   return 0;
 }
 
@@ -60,6 +64,7 @@ static int module_clear(PyObject *m) {
   Py_CLEAR(st->wheel_type);
   Py_CLEAR(st->manual_type);
   Py_CLEAR(st->loop_timers_type);
+  Py_CLEAR(st->loop_soon_type);
   return 0;
 }
 

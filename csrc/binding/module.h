@@ -12,6 +12,7 @@
  *   wheel.c        Wheel: construction, scheduling, close, stats, its type tables
  *   manual.c       ManualWheel: advancing time by hand, collect/run due timers
  *   loop.c         _LoopTimers: WheelEventLoop's (and pywheel.uvloop's) call_later/call_at in C
+ *   soon.c         _LoopSoon: WheelEventLoop's call_soon in C (asyncio.Handle, its ready deque)
  *   batch.c        running a batch (GIL held) and the wheel thread's hooks
  *   lifecycle.c    the registry of live cores, a core's creation and closing,
  *                  waiting for a thread, atexit and fork
@@ -222,6 +223,7 @@ typedef struct {
   PyTypeObject *wheel_type;
   PyTypeObject *manual_type;
   PyTypeObject *loop_timers_type;
+  PyTypeObject *loop_soon_type;
   atomic_bool exited; /* the atexit hook ran: no new wheel threads, no more waiting */
 } modstate;
 
@@ -325,6 +327,7 @@ extern PyType_Spec pw__manual_spec;
 
 /* loop.c */
 extern PyType_Spec pw__loop_timers_spec;
+extern PyType_Spec pw__loop_soon_spec;
 
 /* batch.c */
 int pw__cmp_handles(const void *a, const void *b);

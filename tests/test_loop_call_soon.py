@@ -463,3 +463,37 @@ def test_a_handle_of_another_layout_is_refused():
     for tp in (Other, Sub, events.TimerHandle, int):
         with pytest.raises(TypeError):
             _core._LoopSoon(object.__new__(type("O", (), {})), cb, tp)
+
+
+def test_threads_calling_while_the_queue_is_swapped_lose_nothing(loop):
+    # Free-threaded builds (3.14t): the C call_soon reads its flag and the
+    # deque's append under a lock that _set_plain takes to swap them, so
+    # calls racing a write of _ready (or of _debug) never use a freed deque
+    # and never lose a handle.  Runs on a build with the GIL too.
+    n_threads, n_calls = 8, 2000
+    queues = [loop._ready]
+    start = threading.Barrier(n_threads + 1)
+    handles = [[] for _ in range(n_threads)]
+
+    def worker(mine):
+        start.wait()
+        for _ in range(n_calls):
+            mine.append(loop.call_soon(cb))
+
+    threads = [threading.Thread(target=worker, args=(h,)) for h in handles]
+    for t in threads:
+        t.start()
+    start.wait()
+    while any(t.is_alive() for t in threads):
+        queues.append(collections.deque())
+        loop._ready = queues[-1]
+        loop._debug = not loop._debug
+    for t in threads:
+        t.join()
+    loop._debug = False
+    queued = [h for q in queues for h in q]
+    made = [h for hs in handles for h in hs]
+    assert len(queued) == len(made) == n_threads * n_calls
+    assert {id(h) for h in queued} == {id(h) for h in made}
+    assert all(type(h) is events.Handle and h._loop is loop for h in made)
+    loop._ready = queues[0]

@@ -497,3 +497,34 @@ def test_threads_calling_while_the_queue_is_swapped_lose_nothing(loop):
     assert {id(h) for h in queued} == {id(h) for h in made}
     assert all(type(h) is events.Handle and h._loop is loop for h in made)
     loop._ready = queues[0]
+
+
+def test_tasks_and_futures_reach_the_c_call_soon(loop):
+    # asyncio's C Task and Future pass context= with a keyword string that
+    # is not interned: still the C path (the Python one is never called).
+    name = "".join(["con", "text"])  # a "context" that is not the interned one
+    assert name is not "context"  # noqa: F632 - identity is the point
+    # The Python path runs Handle.__init__; the C path does not.
+    made = []
+    real_init = events.Handle.__init__
+
+    def spy(self, *args, **kw):
+        made.append(self)
+        real_init(self, *args, **kw)
+
+    async def main():
+        await asyncio.sleep(0)
+        fut = loop.create_future()
+        fut.add_done_callback(lambda f: None)
+        fut.set_result(1)
+        await fut
+        ctx = contextvars.Context()
+        return loop.call_soon(cb, **{name: ctx})._context is ctx
+
+    with mock.patch.object(events.Handle, "__init__", spy):
+        assert loop.run_until_complete(main()) is True
+        loop.call_soon(cb, 1, context=None)
+        assert made == []
+        loop.set_debug(True)  # the oracle: the Python path is seen
+        loop.call_soon(cb)
+        assert len(made) == 1

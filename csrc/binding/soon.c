@@ -329,8 +329,13 @@ static PyObject *soon_call_soon(LoopSoonObject *self, PyObject *const *args, Py_
   PyObject *context = NULL, *r;
   bool plain = nargs >= 1;
   if (plain && kwnames) {
-    /* Only context=, compared by identity: keywords from source are interned. */
-    plain = PyTuple_GET_SIZE(kwnames) == 1 && PyTuple_GET_ITEM(kwnames, 0) == s_context_name;
+    /* Only context=: by identity for keywords from source (interned), by
+     * value for the rest -- asyncio's C Task and Future pass a "context"
+     * they made with Py_BuildValue, which is not interned. */
+    PyObject *k = PyTuple_GET_ITEM(kwnames, 0);
+    plain = PyTuple_GET_SIZE(kwnames) == 1 &&
+            (k == s_context_name ||
+             (PyUnicode_CheckExact(k) && PyUnicode_CompareWithASCIIString(k, "context") == 0));
     context = args[nargs];
   }
   PyObject *append = plain ? plain_append(self) : NULL;

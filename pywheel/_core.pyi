@@ -3,6 +3,7 @@
 Checked against the runtime by tests/test_stubs.py (mypy.stubtest).
 """
 
+from asyncio import Handle
 from collections.abc import Callable
 from contextvars import Context
 from typing import Any, Literal, Self, TypedDict, TypeVarTuple, Unpack, final, type_check_only
@@ -155,6 +156,25 @@ class _LoopTimers:
         context: Context | None = None,
     ) -> TimerHandle: ...
     def _set_plain(self, at_ok: bool, later_ok: bool, /) -> None: ...
+
+@final
+class _LoopSoon:
+    """WheelEventLoop's call_soon in C (the loop installs it on itself outside
+    debug mode): an asyncio.Handle made as Handle.__init__ makes it and
+    appended to the loop's _ready deque; everything else goes to the Python
+    call_soon given.  TypeError if handle_type's layout is not the known one."""
+
+    def __new__(
+        cls, loop: object, call_soon: Callable[..., object], handle_type: type, /
+    ) -> Self: ...
+    def call_soon(
+        self,
+        callback: Callable[[Unpack[_Ts]], object],
+        /,
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> Handle: ...
+    def _set_plain(self, ok: bool, ready: object, /) -> None: ...
 
 def _shutdown(grace: float, /) -> None: ...
 def _after_fork_child() -> None: ...

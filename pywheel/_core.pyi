@@ -170,7 +170,6 @@ class _LoopSoon:
     def call_soon(
         self,
         callback: Callable[[Unpack[_Ts]], object],
-        /,
         *args: *_Ts,
         context: Context | None = None,
     ) -> Handle: ...

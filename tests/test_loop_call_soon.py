@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextvars
 import gc
+import inspect
 import sys
 import threading
 import tracemalloc
@@ -528,3 +529,8 @@ def test_tasks_and_futures_reach_the_c_call_soon(loop):
         loop.set_debug(True)  # the oracle: the Python path is seen
         loop.call_soon(cb)
         assert len(made) == 1
+
+
+def test_signature_and_keyword_callback_as_stock(loop, stock):
+    assert inspect.signature(loop.call_soon) == inspect.signature(stock.call_soon)
+    assert shape(loop.call_soon(callback=cb), loop) == shape(stock.call_soon(callback=cb), stock)

@@ -359,7 +359,7 @@ static PyObject *soon_call_soon(LoopSoonObject *self, PyObject *const *args, Py_
 
 static PyMethodDef soon_methods[] = {
     {"call_soon", (PyCFunction)(void (*)(void))soon_call_soon, METH_FASTCALL | METH_KEYWORDS,
-     "call_soon($self, callback, /, *args, context=None)\n--\n\n"
+     "call_soon($self, callback, *args, context=None)\n--\n\n"
      "The loop's call_soon: queue callback(*args) on its ready queue; returns an "
      "asyncio.Handle."},
     {"_set_plain", (PyCFunction)(void (*)(void))soon_set_plain, METH_FASTCALL,

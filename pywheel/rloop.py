@@ -217,9 +217,12 @@ class Loop(_RLoop):
                 try:
                     wheel.run_due(bound)
                     break
-                except (SystemExit, KeyboardInterrupt) as exc:
-                    # rloop reports these too, from any callback, and goes on
-                    # (the wheel hands them out and keeps the rest due).
+                except BaseException as exc:  # noqa: BLE001 - rloop's rule
+                    # The wheel reports a timer's Exception itself and hands
+                    # out the rest (KeyboardInterrupt, SystemExit...), keeping
+                    # the timers after it due; rloop reports those too, from
+                    # any callback, and goes on.  (The wheel's report has no
+                    # callback to name: see _on_timer_error.)
                     self._report(exc, None)
         finally:
             timers.arm_below = _inf

@@ -36,6 +36,11 @@ test that passes on rloop and not on pywheel.rloop counts.  ``--module``
     python tests/parity/parity.py --rloop --suite cpython --python 3.11 \
         --module test.test_asyncio.test_tasks --module test.test_asyncio.test_locks
 
+Last --rloop run (2026-12-03, rloop 0.5.0, `make parity-rloop`: CPython 3.11,
+the ten modules of tests/cpython/run_asyncio_suite.py's DEFAULT): 1,577
+tests, passed on rloop / on pywheel.rloop / on rloop only: 1239/1239/0, every
+outcome the same on both (648 pywheel.rloop loops made).
+
 Last --uvloop run (2026-12-01, uvloop 0.23.0, one command per Python and
 suite): CPython's whole test.test_asyncio, passed on uvloop / on
 pywheel.uvloop / on uvloop only: 3.11 1549/1549/0, 3.12 1598/1598/0, 3.13

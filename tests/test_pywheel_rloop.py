@@ -695,3 +695,20 @@ def test_debug_mode_is_rloops():
 
     out = both(program)
     assert out["pywheel.rloop"] == out["rloop"] == (False, [1], False)
+
+
+@needs_rloop
+def test_a_subclass_keeps_its_own_call_later():
+    class Mine(pwr.Loop):
+        def call_later(self, delay, callback, *args, context=None):
+            self.asked.append(delay)
+            return super().call_later(delay, callback, *args, context=context)
+
+    loop = Mine()
+    loop.asked = []
+    try:
+        loop.run_until_complete(asyncio.sleep(0.002))
+        assert "call_later" not in loop.__dict__
+        assert loop.asked == [0.002]
+    finally:
+        loop.close()

@@ -31,6 +31,17 @@ or deadline, or one beyond about 3.4e32 s, never runs here, as on asyncio;
 rloop 0.5 runs it at once (its microsecond count saturates to zero).  NaN,
 numbers that are not ``int``/``float``, a callback that is not callable and
 a closed loop are rloop's own ``call_later``/``call_at``, errors included.
+Nor does it copy an rloop 0.5 bug: ``cancel()`` on the handle of a
+``call_soon`` with exactly one argument (so of ``call_later(0, f, x)``) does
+nothing there, the callback runs; here a cancelled timer never runs.
+
+A timer's exception reaches the loop's exception handler as rloop reports a
+callback's: ``call_exception_handler({"exception", "message", "handle"})``
+(rloop then calls a handler set with ``set_exception_handler`` with the
+context alone).  The message names the done ``pywheel.TimerHandle``, where
+rloop's names the callback: the wheel's report does not carry it.
+KeyboardInterrupt and SystemExit from a timer are reported too, as rloop
+reports them, and the loop goes on.
 
 Needs rloop: ``pip install 'pywheel[rloop]'``.
 """

@@ -67,7 +67,7 @@ nitpicky = True
 _OUTSIDE = (
     r"(asyncio|collections|concurrent|contextvars|enum|logging|os|pathlib|selectors|"
     r"socket|ssl|subprocess|sys|threading|time|types|typing|typing_extensions|"
-    r"uvloop|pytest|_pytest|hypothesis|anyio|freezegun|time_machine)(\..+)?"
+    r"uvloop|rloop|pytest|_pytest|hypothesis|anyio|freezegun|time_machine)(\..+)?"
 )
 nitpick_ignore_regex = [
     (r"py:.*", _OUTSIDE),

@@ -26,6 +26,21 @@ not pass on pywheel.uvloop (uvloop fails many of CPython's tests itself).
 
     python tests/parity/parity.py --uvloop --suite cpython --python 3.12
 
+``--rloop`` does the same with rloop (from PyPI) as the oracle and
+pywheel.rloop as the candidate (PYWHEEL_PARITY_LOOP=rloop / pywheel-rloop).
+rloop fails a great part of CPython's suite itself (no debug mode, no SSL, a
+handler called with the context alone...): that is its baseline, and only a
+test that passes on rloop and not on pywheel.rloop counts.  ``--module``
+(repeatable) runs only those modules of CPython's suite, e.g.
+
+    python tests/parity/parity.py --rloop --suite cpython --python 3.11 \
+        --module test.test_asyncio.test_tasks --module test.test_asyncio.test_locks
+
+Last --rloop run (2026-12-03, rloop 0.5.0, `make parity-rloop`: CPython 3.11,
+the ten modules of tests/cpython/run_asyncio_suite.py's DEFAULT): 1,577
+tests, passed on rloop / on pywheel.rloop / on rloop only: 1239/1239/0, every
+outcome the same on both (648 pywheel.rloop loops made).
+
 Last --uvloop run (2026-12-01, uvloop 0.23.0, one command per Python and
 suite): CPython's whole test.test_asyncio, passed on uvloop / on
 pywheel.uvloop / on uvloop only: 3.11 1549/1549/0, 3.12 1598/1598/0, 3.13
@@ -86,9 +101,14 @@ SITE = os.path.join(ROOT, "tests", "parity", "site")
 CPYTHON_RUNNER = os.path.join(ROOT, "tests", "parity", "cpython_suite.py")
 PYTHONS = ["3.11", "3.12", "3.13", "3.14", "3.15"]
 # (oracle, candidate): the loop a suite is judged on and the one it is compared with.
-PAIRS = {"wheel": ("stock", "wheel"), "uvloop": ("uvloop", "pywheel-uvloop")}
+PAIRS = {
+    "wheel": ("stock", "wheel"),
+    "uvloop": ("uvloop", "pywheel-uvloop"),
+    "rloop": ("rloop", "pywheel-rloop"),
+}
 LOOPS = [loop for pair in PAIRS.values() for loop in pair]
 UVLOOP = "uvloop>=0.21"
+RLOOP = "rloop>=0.5"
 
 ANYIO = "anyio==4.16.0"
 PYTEST_ASYNCIO = "pytest-asyncio==1.5.0"
@@ -175,16 +195,18 @@ def log(msg: str) -> None:
     print(f"[parity {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def venv(cache: str, version: str, suite: str, uvloop: bool = False) -> str:
+def venv(cache: str, version: str, suite: str, uvloop: bool = False, rloop: bool = False) -> str:
     """A venv for one suite on one Python, with pywheel from this checkout
-    (without its pytest plugin: the suites run as they are), and uvloop from
-    PyPI when asked."""
+    (without its pytest plugin: the suites run as they are), and uvloop or
+    rloop from PyPI when asked."""
     spec = SUITES[suite]
     sdist = sdist_dir(cache, spec["sdist"]) if spec["sdist"] else None
     path = os.path.join(cache, "venv", f"{version}-{suite}")
     py = make_venv(path, find_python(version), spec["deps"], sdist, spec.get("env"))
     if uvloop and subprocess.run([py, "-c", "import uvloop"], capture_output=True).returncode:
         sh([py, "-m", "pip", "install", "-q", UVLOOP])
+    if rloop and subprocess.run([py, "-c", "import rloop"], capture_output=True).returncode:
+        sh([py, "-m", "pip", "install", "-q", RLOOP])
     link_pywheel(cache, py)
     return py
 
@@ -215,7 +237,7 @@ def run_one(
     cpython_suite.py: a test that hits one fails, and is listed in
     <name>.capped.json); a pytest suite runs
     in one process under the same cap, and `timeout` bounds it."""
-    py = venv(cache, version, suite, uvloop="uvloop" in loop)
+    py = venv(cache, version, suite, uvloop="uvloop" in loop, rloop="rloop" in loop)
     name = f"{suite}-{version}-{loop}{tag}"
     result = os.path.join(out, name + ".json")
     logf = os.path.join(out, name + ".log")
@@ -307,6 +329,7 @@ def loops_made(out: str, name: str) -> int:
 REPORT_NAMES = {
     "wheel": ("stock", "WheelEventLoop", "pywheel"),
     "uvloop": ("uvloop", "pywheel.uvloop", "pywheel.uvloop"),
+    "rloop": ("rloop", "pywheel.rloop", "pywheel.rloop"),
 }
 
 
@@ -363,8 +386,17 @@ def main() -> int:
     ap.add_argument("--suite", action="append", choices=list(SUITES), help="default: all")
     ap.add_argument("--python", action="append", help="X.Y; default: every 3.11+ found")
     ap.add_argument("--loop", action="append", choices=LOOPS, help="default: both of the pair")
-    ap.add_argument(
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument(
         "--uvloop", action="store_true", help="uvloop against pywheel.uvloop, not stock/wheel"
+    )
+    which.add_argument(
+        "--rloop", action="store_true", help="rloop against pywheel.rloop, not stock/wheel"
+    )
+    ap.add_argument(
+        "--module",
+        action="append",
+        help="CPython's suite: only this module (test.test_asyncio.test_x); repeatable",
     )
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/pywheel-parity"))
     ap.add_argument("--out", help="default: <cache>/results")
@@ -389,7 +421,7 @@ def main() -> int:
         # CPython's suite on every Python; the others on the first one unless asked.
         versions = pythons if (suite == "cpython" or args.python) else pythons[:1]
         runs += [(suite, v) for v in versions]
-    pair = "uvloop" if args.uvloop else "wheel"
+    pair = "uvloop" if args.uvloop else "rloop" if args.rloop else "wheel"
     caps = {
         "memory": args.memory,
         "module_timeout": args.module_timeout,
@@ -397,18 +429,20 @@ def main() -> int:
     }
     if args.setup:
         for suite, version in runs:
-            venv(args.cache, version, suite, uvloop=args.uvloop)
+            venv(args.cache, version, suite, uvloop=args.uvloop, rloop=args.rloop)
         return 0
     if args.confirm:
         for suite, version in runs:
             confirm(args.cache, out, version, suite, args.timeout, pair, **caps)
     elif not args.report:
         for suite, version in runs:
+            only = args.module if suite == "cpython" else None
             for loop in args.loop or PAIRS[pair]:
-                run_one(args.cache, out, version, suite, loop, args.timeout, **caps)
+                run_one(args.cache, out, version, suite, loop, args.timeout, only=only, **caps)
             confirm(args.cache, out, version, suite, args.timeout, pair, **caps)
     text = report(out, runs, pair)
-    with open(os.path.join(out, "report-uvloop.md" if args.uvloop else "report.md"), "w") as f:
+    name = {"wheel": "report.md", "uvloop": "report-uvloop.md", "rloop": "report-rloop.md"}[pair]
+    with open(os.path.join(out, name), "w") as f:
         f.write(text)
     print(text)
     return 0

@@ -10,6 +10,8 @@ PYWHEEL_PARITY_LOOP=uvloop and =pywheel-uvloop do the same with uvloop.Loop
 and pywheel.uvloop.Loop (both through a subclass that takes, and ignores,
 SelectorEventLoop's selector argument, so the two sides differ only in the
 base class).
+PYWHEEL_PARITY_LOOP=rloop and =pywheel-rloop: the same with rloop.RLoop and
+pywheel.rloop.Loop.
 Each process that made one appends "<pid> <count>" to the file named by
 PYWHEEL_PARITY_COUNT at exit: the harness's proof that the swap happened.
 """
@@ -18,7 +20,7 @@ import os
 
 _LOOP = os.environ.get("PYWHEEL_PARITY_LOOP")
 
-if _LOOP in ("wheel", "uvloop", "pywheel-uvloop"):
+if _LOOP in ("wheel", "uvloop", "pywheel-uvloop", "rloop", "pywheel-rloop"):
     import asyncio
     import atexit
     import warnings
@@ -39,8 +41,12 @@ if _LOOP in ("wheel", "uvloop", "pywheel-uvloop"):
     else:
         if _LOOP == "uvloop":
             from uvloop import Loop as _base
-        else:
+        elif _LOOP == "pywheel-uvloop":
             from pywheel.uvloop import Loop as _base
+        elif _LOOP == "rloop":
+            from rloop import RLoop as _base
+        else:
+            from pywheel.rloop import Loop as _base
 
         class _ParityLoop(_base):
             def __init__(self, selector=None):

@@ -4,8 +4,9 @@ Per loop, in one run: ``call_later`` + ``cancel`` pairs with N timers
 pending (ns per pair, the method bound once before the clock starts as in
 every other workload); the RSS each pending timer adds (a fresh child
 process per loop); and a sleep storm, T tasks each awaiting S times
-``asyncio.sleep(0.001)``.  The loops: stock asyncio, uvloop (if importable),
-``WheelEventLoop``, ``pywheel.uvloop`` (if importable), and, for the pairs
+``asyncio.sleep(0.001)``.  The loops: stock asyncio, uvloop, rloop,
+``WheelEventLoop``, ``pywheel.uvloop``, ``pywheel.rloop`` (each optional one
+skipped with a note where it does not import), and, for the pairs
 and the memory, the WheelEventLoop's own wheel called directly (the floor
 the loop's methods are judged against).
 
@@ -29,6 +30,14 @@ def _import_pywheel_uvloop():
     import pywheel.uvloop
 
     return pywheel.uvloop
+
+
+def _import_pywheel_rloop():
+    # pywheel.rloop (rloop's loop with pywheel's timers) is picked up as soon
+    # as it imports; until then its rows are skipped with a note
+    import pywheel.rloop
+
+    return pywheel.rloop
 
 
 class WheelLoop(P._RandomPool):
@@ -89,6 +98,43 @@ class PywheelUvloop(P.UvLoop):
         return _import_pywheel_uvloop().new_event_loop()
 
 
+class RLoop(P.UvLoop):
+    """rloop (an asyncio loop written in Rust): its own call_later.  One loop
+    iteration between rounds, untimed, as for uvloop: harmless where a
+    cancelled timer is freed at once, fair where it waits for the loop."""
+
+    name = "rloop"
+    est_fill_ns = 3000
+
+    def unavailable(self):
+        try:
+            import rloop  # noqa: F401
+        except ImportError:
+            return "rloop not importable (pip install rloop, or the bench extra)"
+        return None
+
+    def new_loop(self):
+        import rloop
+
+        return rloop.new_event_loop()
+
+
+class PywheelRloop(RLoop):
+    """pywheel.rloop: rloop's I/O, pywheel's timers."""
+
+    name = "pywheel.rloop"
+
+    def unavailable(self):
+        try:
+            _import_pywheel_rloop()
+        except ImportError as e:
+            return f"pywheel.rloop not importable ({e})"
+        return None
+
+    def new_loop(self):
+        return _import_pywheel_rloop().new_event_loop()
+
+
 def _stock_factory():
     return asyncio.SelectorEventLoop()
 
@@ -109,12 +155,24 @@ def _pywheel_uvloop_factory():
     return _import_pywheel_uvloop().new_event_loop()
 
 
+def _rloop_factory():
+    import rloop
+
+    return rloop.new_event_loop()
+
+
+def _pywheel_rloop_factory():
+    return _import_pywheel_rloop().new_event_loop()
+
+
 #: (peer class for pairs and memory, loop factory for the storm), in table order
 LOOPS = [
     (P.AsyncioLoop, _stock_factory),
     (P.UvLoop, _uvloop_factory),
+    (RLoop, _rloop_factory),
     (WheelLoop, _wheel_factory),
     (PywheelUvloop, _pywheel_uvloop_factory),
+    (PywheelRloop, _pywheel_rloop_factory),
     (WheelLoopDirect, None),
 ]
 ORDER = [cls.name for cls, _ in LOOPS]

@@ -131,7 +131,9 @@ def test_smoke_programs_and_loops_with_rloop(tmp_path):
     else:
         loops.add("pywheel.rloop")
     for prog in ("storm", "timeout", "wait_for", "keepalive", "heartbeat"):
-        ran = {r["impl"] for r in doc["results"] if r.get("program") == prog}
+        ran = {
+            r["impl"] for r in doc["results"] if r["workload"] == "program" and r["program"] == prog
+        }
         assert ran == loops, prog
     pairs = {r["impl"] for r in doc["results"] if r["workload"] == "loops_pair"}
     assert {"rloop", "uvloop"} <= pairs

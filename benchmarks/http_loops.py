@@ -402,7 +402,7 @@ def markdown(summary: dict[str, dict], notes: list[str]) -> str:
 # python -m benchmarks's sizes: idle connections, seconds per round, rounds.
 MODE_SIZES = {"full": (100_000, 10.0, 5), "quick": (1000, 2.0, 2), "smoke": (20, 0.3, 1)}
 # and for the "timeouts" mode (no idle connection): seconds per round, rounds
-TIMEOUT_SIZES = {"full": (5.0, 5), "quick": (1.5, 2), "smoke": (0.3, 1)}
+TIMEOUT_SIZES = {"full": (3.0, 5), "quick": (1.5, 2), "smoke": (0.3, 1)}
 #: the record's workload per mode
 WORKLOAD = {"idle": "http", "timeouts": "http_timeouts"}
 

@@ -31,7 +31,8 @@ requests/s (median over rounds), timeout lateness p50/p99 in ms (over every
 round), RSS in MiB after the idle connections are up and its growth over
 them (per connection), and the ratios to uvloop.
 
-    python -m benchmarks.http_loops [--quick] [--rounds R] [--idle M] [--json FILE]
+    python -m benchmarks.http_loops [--quick] [--kind idle|timeouts] [--rounds R]
+        [--idle M] [--json FILE]
 
 --quick: 1,000 idle connections, 2 s of traffic, 2 rounds.  The default is
 100,000 idle connections (the issue's figure).  Every process raises its

@@ -18,15 +18,21 @@ clients share the loop:
            504.  Timeout lateness = loop.time() when the handler catches it
            minus the deadline (cm.when()), what a server sees.
 
-Loops: stock (asyncio's selector loop), uvloop, wheel
-(pywheel.asyncio.WheelEventLoop), pywheel.uvloop; the optional ones skip
+A second mode (``--kind timeouts``; in ``python -m benchmarks`` the
+"per-request timeouts" table): no idle connection, and every request handled
+under ``asyncio.timeout(30)``, which never fires: one timeout armed and
+cancelled per request, as a service's per-request deadline is.
+
+Loops: stock (asyncio's selector loop), uvloop, rloop, wheel
+(pywheel.asyncio.WheelEventLoop), pywheel.uvloop, pywheel.rloop; the optional ones skip
 with a note when not importable (aiohttp itself too).  The loops run in
 rounds, interleaved, so a busy machine slows them alike.  Reported per loop:
 requests/s (median over rounds), timeout lateness p50/p99 in ms (over every
 round), RSS in MiB after the idle connections are up and its growth over
 them (per connection), and the ratios to uvloop.
 
-    python -m benchmarks.http_loops [--quick] [--rounds R] [--idle M] [--json FILE]
+    python -m benchmarks.http_loops [--quick] [--kind idle|timeouts] [--rounds R]
+        [--idle M] [--json FILE]
 
 --quick: 1,000 idle connections, 2 s of traffic, 2 rounds.  The default is
 100,000 idle connections (the issue's figure).  Every process raises its
@@ -48,7 +54,13 @@ import sys
 import tempfile
 import time
 
-LOOPS = ["stock", "uvloop", "wheel", "pywheel.uvloop"]
+LOOPS = ["stock", "uvloop", "rloop", "wheel", "pywheel.uvloop", "pywheel.rloop"]
+#: the table's modes: "idle" (the idle connections, then traffic with one
+#: request in 20 timing out), "timeouts" (no idle connection; every request
+#: handled under a 30 s asyncio.timeout that never fires: the per-request
+#: timeout of a service, armed and cancelled once a request)
+KINDS = ["idle", "timeouts"]
+SERVICE_TIMEOUT = 30.0
 REQ_TIMEOUT = 0.020  # the handler's asyncio.timeout
 SLOW_EVERY = 20  # one request in this many waits past it
 IDLE_TIMEOUT = 3600.0  # aiohttp's keep-alive timeout: never fires here
@@ -70,6 +82,16 @@ def unavailable(name: str) -> str | None:
             import uvloop  # noqa: F401
         except ImportError:
             return "uvloop not importable (pip install 'pywheel[uvloop]')"
+    if "rloop" in name:
+        try:
+            import rloop  # noqa: F401
+        except ImportError:
+            return "rloop not importable (pip install rloop, or the bench extra)"
+    if name.startswith("pywheel."):
+        try:
+            __import__(name)
+        except ImportError as e:
+            return f"{name} not importable ({e})"
     return None
 
 
@@ -80,10 +102,18 @@ def new_loop(name: str) -> asyncio.AbstractEventLoop:
         import uvloop
 
         return uvloop.new_event_loop()
+    if name == "rloop":
+        import rloop
+
+        return rloop.new_event_loop()
     if name == "wheel":
         import pywheel.asyncio
 
         return pywheel.asyncio.new_event_loop()
+    if name == "pywheel.rloop":
+        import pywheel.rloop
+
+        return pywheel.rloop.new_event_loop()
     from pywheel import uvloop as pwu
 
     return pwu.new_event_loop()
@@ -184,13 +214,17 @@ def _start_holders(port: int, idle: int) -> list[subprocess.Popen]:
     return procs
 
 
-async def _child_main(idle: int, secs: float, clients: int) -> dict:
+async def _child_main(idle: int, secs: float, clients: int, kind: str = "idle") -> dict:
     import aiohttp
     from aiohttp import web
 
     loop = asyncio.get_running_loop()
     lateness: list[float] = []
     count = [0]
+
+    async def handle_service(request: web.Request) -> web.Response:
+        async with asyncio.timeout(SERVICE_TIMEOUT):
+            return web.Response(text="ok")
 
     async def handle(request: web.Request) -> web.Response:
         slow = request.query.get("slow") == "1"
@@ -204,7 +238,7 @@ async def _child_main(idle: int, secs: float, clients: int) -> dict:
             return web.Response(status=504, text="late")
 
     app = web.Application()
-    app.router.add_get("/", handle)
+    app.router.add_get("/", handle_service if kind == "timeouts" else handle)
     runner = web.AppRunner(app, keepalive_timeout=IDLE_TIMEOUT, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
@@ -236,7 +270,7 @@ async def _child_main(idle: int, secs: float, clients: int) -> dict:
         i = k
         while loop.time() < stop:
             i += 1
-            slow = "1" if i % SLOW_EVERY == 0 else "0"
+            slow = "1" if i % SLOW_EVERY == 0 and kind == "idle" else "0"
             try:
                 async with session.get(
                     f"http://127.0.0.1:{port}/?slow={slow}", timeout=timeout
@@ -270,16 +304,16 @@ async def _child_main(idle: int, secs: float, clients: int) -> dict:
     }
 
 
-def child(name: str, idle: int, secs: float, clients: int) -> dict:
+def child(name: str, idle: int, secs: float, clients: int, kind: str = "idle") -> dict:
     raise_nofile()
     loop = new_loop(name)
     try:
-        return loop.run_until_complete(_child_main(idle, secs, clients))
+        return loop.run_until_complete(_child_main(idle, secs, clients, kind))
     finally:
         loop.close()
 
 
-def run_child(name: str, idle: int, secs: float, clients: int) -> dict:
+def run_child(name: str, idle: int, secs: float, clients: int, kind: str = "idle") -> dict:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # The result goes through a file, not stdout: a full-mode result is
     # over 64 KiB, and in one full run (on 1732210) a child's stdout came
@@ -288,7 +322,7 @@ def run_child(name: str, idle: int, secs: float, clients: int) -> dict:
     os.close(fd)
     code = (
         "import json; from benchmarks.http_loops import child; "
-        f"r = child({name!r}, {idle}, {secs}, {clients}); "
+        f"r = child({name!r}, {idle}, {secs}, {clients}, {kind!r}); "
         f"open({out!r}, 'w').write(json.dumps(r))"
     )
     env = dict(os.environ)
@@ -368,17 +402,29 @@ def markdown(summary: dict[str, dict], notes: list[str]) -> str:
 
 # python -m benchmarks's sizes: idle connections, seconds per round, rounds.
 MODE_SIZES = {"full": (100_000, 10.0, 5), "quick": (1000, 2.0, 2), "smoke": (20, 0.3, 1)}
+# and for the "timeouts" mode (no idle connection): seconds per round, rounds
+TIMEOUT_SIZES = {"full": (3.0, 5), "quick": (1.5, 2), "smoke": (0.3, 1)}
+#: the record's workload per mode
+WORKLOAD = {"idle": "http", "timeouts": "http_timeouts"}
 
 
 def http_unit(mode: str, loops: list[str], notes: list[str], clients: int = 50) -> list[dict]:
-    """For python -m benchmarks: one record per loop (workload "http")."""
+    """For python -m benchmarks: one record per loop and mode (workloads
+    "http" and "http_timeouts")."""
+    out = []
     idle, secs, rounds = MODE_SIZES[mode]
     summary, more = measure(loops, idle, secs, rounds, clients)
     notes.extend(f"http: {n}" for n in more)
-    return [{"workload": "http", "impl": name, **s} for name, s in summary.items()]
+    out += [{"workload": "http", "impl": name, **s} for name, s in summary.items()]
+    secs, rounds = TIMEOUT_SIZES[mode]
+    summary, more = measure(loops, 0, secs, rounds, clients, kind="timeouts")
+    said = ("skipped", "RLIMIT")  # the first mode's notes said these
+    notes.extend(f"http, per-request timeouts: {n}" for n in more if not any(w in n for w in said))
+    out += [{"workload": "http_timeouts", "impl": name, **s} for name, s in summary.items()]
+    return out
 
 
-def measure(names, idle, secs, rounds, clients):
+def measure(names, idle, secs, rounds, clients, kind="idle"):
     """Runs the rounds; returns (summary per loop, notes)."""
     notes: list[str] = []
     cap, why = max_idle()
@@ -397,14 +443,22 @@ def measure(names, idle, secs, rounds, clients):
             notes.append(f"{name}: skipped: {why}")
         else:
             runs[name] = []
+    order = list(runs)
     for r in range(rounds):
-        for name in runs:
-            print(f"[http round {r + 1}/{rounds}] {name}", file=sys.stderr, flush=True)
-            runs[name].append(run_child(name, idle, secs, clients))
-    if runs:
+        k = r % len(order) if order else 0
+        for name in order[k:] + order[:k]:  # every loop once a round, the order rotated
+            print(f"[http {kind} round {r + 1}/{rounds}] {name}", file=sys.stderr, flush=True)
+            runs[name].append(run_child(name, idle, secs, clients, kind))
+    if runs and kind == "idle":
         notes.append(
             f"{idle:,} idle keep-alive connections, {clients} clients, {secs:g} s of traffic "
             f"per round, {rounds} rounds, one process per loop and round"
+        )
+    elif runs:
+        notes.append(
+            f"every request handled under asyncio.timeout({SERVICE_TIMEOUT:g}), none "
+            f"firing; no idle connection; {clients} clients, {secs:g} s of traffic per "
+            f"round, {rounds} rounds, one process per loop and round"
         )
     return summarize(runs), notes
 
@@ -417,13 +471,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--secs", type=float, help="seconds of traffic per round")
     ap.add_argument("--clients", type=int, default=50, help="concurrent aiohttp clients")
     ap.add_argument("--loops", help=f"comma list of {','.join(LOOPS)}")
+    ap.add_argument("--kind", choices=KINDS, default="idle", help="which mode (see above)")
     ap.add_argument("--json", help="write the summary here")
     args = ap.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 5)
     idle = args.idle if args.idle is not None else (1000 if args.quick else 100_000)
     secs = args.secs or (2.0 if args.quick else 10.0)
     names = args.loops.split(",") if args.loops else LOOPS
-    summary, notes = measure(names, idle, secs, rounds, args.clients)
+    if args.kind == "timeouts":
+        idle = 0
+    summary, notes = measure(names, idle, secs, rounds, args.clients, kind=args.kind)
     text = markdown(summary, notes)
     print(text)
     if args.json:

@@ -4,8 +4,9 @@ Per loop, in one run: ``call_later`` + ``cancel`` pairs with N timers
 pending (ns per pair, the method bound once before the clock starts as in
 every other workload); the RSS each pending timer adds (a fresh child
 process per loop); and a sleep storm, T tasks each awaiting S times
-``asyncio.sleep(0.001)``.  The loops: stock asyncio, uvloop (if importable),
-``WheelEventLoop``, ``pywheel.uvloop`` (if importable), and, for the pairs
+``asyncio.sleep(0.001)``.  The loops: stock asyncio, uvloop, rloop,
+``WheelEventLoop``, ``pywheel.uvloop``, ``pywheel.rloop`` (each optional one
+skipped with a note where it does not import), and, for the pairs
 and the memory, the WheelEventLoop's own wheel called directly (the floor
 the loop's methods are judged against).
 
@@ -29,6 +30,14 @@ def _import_pywheel_uvloop():
     import pywheel.uvloop
 
     return pywheel.uvloop
+
+
+def _import_pywheel_rloop():
+    # pywheel.rloop (rloop's loop with pywheel's timers) is picked up as soon
+    # as it imports; until then its rows are skipped with a note
+    import pywheel.rloop
+
+    return pywheel.rloop
 
 
 class WheelLoop(P._RandomPool):
@@ -89,6 +98,48 @@ class PywheelUvloop(P.UvLoop):
         return _import_pywheel_uvloop().new_event_loop()
 
 
+class RLoop(P.UvLoop):
+    """rloop (an asyncio loop written in Rust): its own call_later.  One loop
+    iteration between rounds, untimed, as for uvloop: harmless where a
+    cancelled timer is freed at once, fair where it waits for the loop."""
+
+    name = "rloop"
+    est_fill_ns = 3000
+    # rloop 0.5 keeps every cancelled timer's callback, arguments and context
+    # alive after its loop closes (116,000 objects after one pair unit at
+    # 1e5 pending): its pair units run in a child process (pair_unit_child),
+    # or every later unit in this process would pay for collecting them
+    leaks_cancelled = True
+
+    def unavailable(self):
+        try:
+            import rloop  # noqa: F401
+        except ImportError:
+            return "rloop not importable (pip install rloop, or the bench extra)"
+        return None
+
+    def new_loop(self):
+        import rloop
+
+        return rloop.new_event_loop()
+
+
+class PywheelRloop(RLoop):
+    """pywheel.rloop: rloop's I/O, pywheel's timers."""
+
+    name = "pywheel.rloop"
+
+    def unavailable(self):
+        try:
+            _import_pywheel_rloop()
+        except ImportError as e:
+            return f"pywheel.rloop not importable ({e})"
+        return None
+
+    def new_loop(self):
+        return _import_pywheel_rloop().new_event_loop()
+
+
 def _stock_factory():
     return asyncio.SelectorEventLoop()
 
@@ -109,12 +160,24 @@ def _pywheel_uvloop_factory():
     return _import_pywheel_uvloop().new_event_loop()
 
 
+def _rloop_factory():
+    import rloop
+
+    return rloop.new_event_loop()
+
+
+def _pywheel_rloop_factory():
+    return _import_pywheel_rloop().new_event_loop()
+
+
 #: (peer class for pairs and memory, loop factory for the storm), in table order
 LOOPS = [
     (P.AsyncioLoop, _stock_factory),
     (P.UvLoop, _uvloop_factory),
+    (RLoop, _rloop_factory),
     (WheelLoop, _wheel_factory),
     (PywheelUvloop, _pywheel_uvloop_factory),
+    (PywheelRloop, _pywheel_rloop_factory),
     (WheelLoopDirect, None),
 ]
 ORDER = [cls.name for cls, _ in LOOPS]
@@ -135,6 +198,41 @@ def pair_unit(cls, n: int, cfg) -> dict:
     del peer
     gc.collect()
     return rec
+
+
+def pair_unit_child(cls, n: int, cfg) -> dict:
+    """pair_unit in a fresh interpreter, for a loop that leaves garbage
+    behind after it is closed (RLoop.leaks_cancelled)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pywheel
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(pywheel.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_parent, env.get("PYTHONPATH"), root]))
+    env["PYTHONSAFEPATH"] = "1"
+    code = (
+        "import json, sys; from benchmarks import loops, workloads as W; "
+        "cfg = W.Config(**json.loads(sys.argv[1])); "
+        "cls = getattr(loops, sys.argv[2], None) or getattr(loops.P, sys.argv[2]); "
+        "print(json.dumps(loops.pair_unit(cls, int(sys.argv[3]), cfg)))"
+    )
+    args = [json.dumps(dataclasses.asdict(cfg)), cls.__name__, str(n)]
+    p = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=1800,
+    )
+    if p.returncode:
+        raise RuntimeError(f"{cls.name}: pair child failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 class _WheelLoopSwitched(WheelLoop):
@@ -311,7 +409,12 @@ def plan(cfg, ok) -> list:
     for n in cfg.loops_ns:
         for cls, _ in usable:
             out.append(
-                (f"loops pair {cls.name} N={n:.0e}", lambda c=cls, n=n: pair_unit(c, n, cfg))
+                (
+                    f"loops pair {cls.name} N={n:.0e}",
+                    lambda c=cls, n=n: (
+                        pair_unit_child if getattr(c, "leaks_cancelled", False) else pair_unit
+                    )(c, n, cfg),
+                )
             )
         if ratio:
             out.append(

@@ -15,6 +15,7 @@ from pathlib import Path
 from . import http_loops as H
 from . import loops as L
 from . import peers as P
+from . import programs as PR
 from . import report
 from . import workloads as W
 from .util import Progress, machine, mem_available
@@ -30,6 +31,7 @@ WORKLOADS = [
     "stress",
     "loops",
     "http",
+    "programs",
 ]
 
 
@@ -178,6 +180,8 @@ def build_plan(
         loops = [n for n in H.LOOPS if impls is None or n in impls]
         if loops:
             plan.append(("http (aiohttp)", lambda: H.http_unit(cfg.mode, loops, notes)))
+    if "programs" in only:  # benchmarks/programs.py: whole programs, alternating rounds
+        plan += PR.plan(cfg.mode, ok, notes)
     return plan
 
 

@@ -51,7 +51,13 @@ def test_loops_workload_reports_each_loop(tmp_path):
         assert min(r["ratios"]) <= r["ratio"] <= max(r["ratios"])
     uv_target = [t for t in doc["targets"] if "faster than uvloop's" in t["target"]]
     assert len(uv_target) == has_uvloop
-    # one column per loop, pywheel.uvloop's too (filled where it imports)
-    head = "| | asyncio | uvloop | WheelEventLoop | pywheel.uvloop | its wheel, direct |"
+    # rloop's pairs (run in a child process) where it imports
+    has_rloop = importlib.util.find_spec("rloop") is not None
+    assert ("rloop" in pairs) == has_rloop
+    # one column per loop, pywheel.uvloop's and pywheel.rloop's too (filled where they import)
+    head = (
+        "| | asyncio | uvloop | rloop | WheelEventLoop | pywheel.uvloop | pywheel.rloop "
+        "| its wheel, direct |"
+    )
     assert "## Loops: the event loops side by side" in p.stdout and head in p.stdout
     assert any("WheelEventLoop call_later+cancel" in t["target"] for t in doc["targets"])

@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     if perf is None:
         print("perf is not installed (apt-get install linux-perf / linux-tools): no profile.")
         return 1
+    sizes = [c[1] for c in PR.cases(args.mode) if c[0] == args.program]
+    if args.size and not any(s.startswith(args.size) for s in sizes):
+        ap.error(f"{args.program} has no size {args.size!r} in {args.mode} mode: {sizes}")
     names, notes = PR.available()
     if args.loops:
         names = [n for n in args.loops.split(",") if n in names]

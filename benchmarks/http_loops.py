@@ -54,6 +54,8 @@ import sys
 import tempfile
 import time
 
+from .util import child_env
+
 LOOPS = ["stock", "uvloop", "rloop", "wheel", "pywheel.uvloop", "pywheel.rloop"]
 #: the table's modes: "idle" (the idle connections, then traffic with one
 #: request in 20 timing out), "timeouts" (no idle connection; every request
@@ -314,7 +316,6 @@ def child(name: str, idle: int, secs: float, clients: int, kind: str = "idle") -
 
 
 def run_child(name: str, idle: int, secs: float, clients: int, kind: str = "idle") -> dict:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # The result goes through a file, not stdout: a full-mode result is
     # over 64 KiB, and in one full run (on 1732210) a child's stdout came
     # back cut at 65,536 bytes, the pipe's size, with exit status 0.
@@ -325,8 +326,7 @@ def run_child(name: str, idle: int, secs: float, clients: int, kind: str = "idle
         f"r = child({name!r}, {idle}, {secs}, {clients}, {kind!r}); "
         f"open({out!r}, 'w').write(json.dumps(r))"
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    env, root = child_env()
     try:
         proc = subprocess.run(
             [sys.executable, "-c", code],
@@ -334,6 +334,7 @@ def run_child(name: str, idle: int, secs: float, clients: int, kind: str = "idle
             text=True,
             timeout=600 + idle / 100,
             env=env,
+            cwd=root,
         )
         if proc.returncode:
             raise RuntimeError(f"{name}: child failed: {proc.stderr[-2000:]}")

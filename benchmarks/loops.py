@@ -204,17 +204,12 @@ def pair_unit_child(cls, n: int, cfg) -> dict:
     """pair_unit in a fresh interpreter, for a loop that leaves garbage
     behind after it is closed (RLoop.leaks_cancelled)."""
     import json
-    import os
     import subprocess
     import sys
 
-    import pywheel
+    from .util import child_env
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(pywheel.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_parent, env.get("PYTHONPATH"), root]))
-    env["PYTHONSAFEPATH"] = "1"
+    env, root = child_env()
     code = (
         "import json, sys; from benchmarks import loops, workloads as W; "
         "cfg = W.Config(**json.loads(sys.argv[1])); "

@@ -56,6 +56,7 @@ import sys
 import time
 
 from . import loops as L
+from .util import child_env
 
 MSG = b"m" * 16
 IDLE = 30.0  # keepalive's idle timeout: never fires here
@@ -314,15 +315,14 @@ def run_child(prog: str, size: str, name: str, mode: str) -> tuple[float, int, d
     rloop's leftovers: in a --quick run the untimed gc.collect()s and the
     collections inside the timed runs grew until a step took 8x its timed
     work.  A child per run charges rloop's leftovers to rloop's run alone."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    env, root = child_env()
     cmd = [sys.executable, "-m", "benchmarks.programs", prog, name, "--mode", mode]
     p = subprocess.run(
         cmd + ["--size", size, "--repeat", "1", "--json"],
         capture_output=True,
         text=True,
         env=env,
+        cwd=root,
         timeout=900,
     )
     if p.returncode:

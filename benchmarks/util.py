@@ -18,6 +18,24 @@ perf_ns = time.perf_counter_ns
 mono_ns = time.monotonic_ns
 
 
+def child_env() -> tuple[dict, str]:
+    """(environment, cwd) for a child interpreter that runs this benchmark
+    package against the pywheel this process imported: that pywheel's
+    parent directory first on the path, then the caller's PYTHONPATH, then
+    the checkout holding `benchmarks`; PYTHONSAFEPATH keeps the working
+    directory off the path.  Without it a child of a run against an
+    installed pywheel (a wheel in site-packages) found the checkout's
+    pywheel/ first, which has no built extension there."""
+    import pywheel
+
+    root = str(Path(__file__).resolve().parent.parent)
+    pkg_parent = str(Path(pywheel.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_parent, env.get("PYTHONPATH"), root]))
+    env["PYTHONSAFEPATH"] = "1"
+    return env, root
+
+
 def nop(*_args):
     """The callback every implementation schedules: a no-op Python function."""
 

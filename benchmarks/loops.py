@@ -204,12 +204,9 @@ def pair_unit_child(cls, n: int, cfg) -> dict:
     """pair_unit in a fresh interpreter, for a loop that leaves garbage
     behind after it is closed (RLoop.leaks_cancelled)."""
     import json
-    import subprocess
-    import sys
 
-    from .util import child_env
+    from .util import json_child
 
-    env, root = child_env()
     code = (
         "import json, sys; from benchmarks import loops, workloads as W; "
         "cfg = W.Config(**json.loads(sys.argv[1])); "
@@ -217,17 +214,7 @@ def pair_unit_child(cls, n: int, cfg) -> dict:
         "print(json.dumps(loops.pair_unit(cls, int(sys.argv[3]), cfg)))"
     )
     args = [json.dumps(dataclasses.asdict(cfg)), cls.__name__, str(n)]
-    p = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        timeout=1800,
-    )
-    if p.returncode:
-        raise RuntimeError(f"{cls.name}: pair child failed: {p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return json_child(["-c", code, *args], f"{cls.name} pair", timeout=1800)
 
 
 class _WheelLoopSwitched(WheelLoop):

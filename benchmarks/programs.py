@@ -51,12 +51,11 @@ import os
 import random
 import socket
 import statistics
-import subprocess
 import sys
 import time
 
 from . import loops as L
-from .util import child_env
+from .util import json_child
 
 MSG = b"m" * 16
 IDLE = 30.0  # keepalive's idle timeout: never fires here
@@ -315,19 +314,10 @@ def run_child(prog: str, size: str, name: str, mode: str) -> tuple[float, int, d
     rloop's leftovers: in a --quick run the untimed gc.collect()s and the
     collections inside the timed runs grew until a step took 8x its timed
     work.  A child per run charges rloop's leftovers to rloop's run alone."""
-    env, root = child_env()
-    cmd = [sys.executable, "-m", "benchmarks.programs", prog, name, "--mode", mode]
-    p = subprocess.run(
-        cmd + ["--size", size, "--repeat", "1", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        timeout=900,
+    args = ["-m", "benchmarks.programs", prog, name, "--mode", mode, "--size", size]
+    s, ops, extra = json_child(
+        [*args, "--repeat", "1", "--json"], f"{prog} {size} on {name}", timeout=900
     )
-    if p.returncode:
-        raise RuntimeError(f"{prog} {size} on {name}: child failed: {p.stderr[-2000:]}")
-    s, ops, extra = json.loads(p.stdout.strip().splitlines()[-1])
     return s, ops, extra
 
 

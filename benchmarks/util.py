@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import platform
 import resource
@@ -34,6 +35,19 @@ def child_env() -> tuple[dict, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_parent, env.get("PYTHONPATH"), root]))
     env["PYTHONSAFEPATH"] = "1"
     return env, root
+
+
+def json_child(args: list[str], label: str, timeout: float):
+    """Runs `python ARGS` in a child interpreter set up by child_env and
+    returns the JSON value on the last line it prints; a child that fails
+    raises RuntimeError naming `label`, with the end of its stderr."""
+    env, root = child_env()
+    p = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, cwd=root, timeout=timeout
+    )
+    if p.returncode:
+        raise RuntimeError(f"{label}: child failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def nop(*_args):
